@@ -1,0 +1,106 @@
+//! The boundary between the engine (topology, tuning, planning) and the code
+//! that moves bytes. A backend executes [`Plan`]s; it never decides them.
+//!
+//! * `host` (always built): processes on one node exchange through POSIX
+//!   shared memory, nodes through MPI point-to-point; channels run on threads.
+//! * `cuda` (feature `cuda`): the same plans as GPU kernels.
+
+pub mod host;
+
+use crate::buffer::{MemoryKind, RawBuffer};
+use crate::error::{Error, Result};
+use crate::plan::Plan;
+use crate::tune::Protocol;
+use std::sync::Arc;
+
+/// A plan bound to the buffers of one call.
+#[derive(Debug, Clone)]
+pub struct BoundPlan {
+    pub plan: Arc<Plan>,
+    /// Input buffer (for in-place calls, the same memory as `output`).
+    pub input: RawBuffer,
+    /// Output buffer.
+    pub output: RawBuffer,
+}
+
+/// One submission: a single collective, or a whole group executed as one
+/// launch. Items run in order on every channel.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The communicator's sequence number of the first item (each item
+    /// consumes one number). Transports stamp it on their slots so that a
+    /// rank that issued a different call is detected, not misread.
+    pub first_seq: u64,
+    pub items: Vec<BoundPlan>,
+}
+
+/// Transport costs a backend reports to the tuner: per channel, per hop.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkCost {
+    /// Fixed cost of one pipeline step (µs).
+    pub latency_us: f64,
+    /// Bandwidth one channel reaches on this link (GB/s).
+    pub bandwidth_gbs: f64,
+}
+
+/// What a backend can do; agreed across ranks (min/max) before tuning.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendCaps {
+    /// Protocols the backend implements.
+    pub protocols: Vec<Protocol>,
+    /// Most channels a plan may use.
+    pub max_channels: usize,
+    /// Bytes of one FIFO slot (per protocol the backend may scale this).
+    pub slot_bytes: u64,
+    /// Slots per FIFO (NCCL's STEPS).
+    pub fifo_slots: u64,
+    /// Cost of a hop within a node.
+    pub intra: LinkCost,
+    /// Cost of a hop between nodes.
+    pub inter: LinkCost,
+    /// Fixed cost of launching one submission (µs).
+    pub launch_us: f64,
+    /// Whether a direct path (every peer mapped) exists within a node.
+    pub direct: bool,
+}
+
+/// Work in flight on a backend.
+pub trait PendingWork: Send {
+    /// Block until the work completes (or fails, or times out).
+    fn wait(&mut self) -> Result<()>;
+    /// Whether the work has completed; an error if it failed.
+    fn test(&mut self) -> Result<bool>;
+}
+
+/// A backend instance bound to one communicator.
+pub trait Backend: Send + Sync {
+    /// Short name for logs (`host`, `cuda`).
+    fn name(&self) -> &'static str;
+
+    /// Capabilities and costs, already agreed across the communicator's ranks.
+    fn caps(&self) -> &BackendCaps;
+
+    /// Queue a launch. Launches execute in submission order.
+    ///
+    /// # Safety
+    /// Every buffer in `launch` must stay valid (allocated, of at least the
+    /// stated length) and must not be accessed by anything else until the
+    /// returned work has completed: `wait` or `test` returned `Ok(true)`,
+    /// or any error.
+    unsafe fn submit(&self, launch: Launch) -> Result<Box<dyn PendingWork>>;
+
+    /// Make every pending and future operation fail quickly; tells peers.
+    fn abort(&self, reason: &str);
+
+    /// Whether this backend can use memory of `kind` (default: host only).
+    fn check_memory(&self, kind: MemoryKind) -> Result<()> {
+        match kind {
+            MemoryKind::Host => Ok(()),
+            MemoryKind::Device { ordinal } => Err(Error::WrongMemory(format!(
+                "the {} backend cannot access device memory (GPU {ordinal}); \
+                 use a host buffer or a build with the CUDA backend",
+                self.name()
+            ))),
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! The collectives, rsmpi style: methods on [`Communicator`] for the
+//! collectives without a root, on [`Process`] (a root rank) for the rooted
+//! ones, `immediate_*` forms returning a [`Request`], and [`Group`] for
+//! aggregating several collectives into one launch.
+//!
+//! Every call checks its arguments on this rank first (`check`), then the
+//! engine plans and submits it (`crate::enqueue`).
+
+mod check;
+mod group;
+mod process;
+pub mod task;
+
+pub use group::Group;
+pub use process::Process;
+
+use crate::buffer::{Buffer, BufferMut, RawBuffer};
+use crate::comm::Communicator;
+use crate::enqueue::Call;
+use crate::error::Result;
+use crate::op::ReduceOp;
+use crate::request::{Request, Scope};
+use check::Args;
+use task::CollKind;
+
+pub(crate) fn separate<S, R>(send: &S, recv: &mut R) -> Args
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+{
+    Args::Separate {
+        send: Some(send.raw()),
+        recv: Some(recv.raw_mut()),
+    }
+}
+
+impl Communicator {
+    /// Validate a call on this rank and bind it to its buffers.
+    pub(crate) fn prepare(
+        &self,
+        kind: CollKind,
+        args: Args,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<Call> {
+        let inner = self.inner_checked()?;
+        let engine = &inner.engine;
+        check::prepare(
+            kind,
+            args,
+            op,
+            root,
+            self.rank(),
+            self.size(),
+            &|m| engine.check_memory(m),
+        )
+    }
+
+    /// Run calls as one launch and wait for them.
+    pub(crate) fn run_blocking(&self, calls: &[Call]) -> Result<()> {
+        let inner = self.inner_checked()?;
+        // SAFETY: the buffers are borrowed by the caller for this whole call
+        // and we wait for completion before returning.
+        let mut work = unsafe { inner.engine.submit(&inner.mpi, calls)? };
+        work.wait()
+    }
+
+    /// Start one call whose buffers are borrowed for the scope's lifetime.
+    pub(crate) fn run_immediate<'a>(&self, scope: &Scope<'a>, call: Call) -> Result<Request<'a>> {
+        let inner = self.inner_checked()?;
+        // SAFETY: the buffers are borrowed for 'a, and the scope of lifetime
+        // 'a waits for this work before it ends.
+        let work = unsafe { inner.engine.submit(&inner.mpi, &[call])? };
+        Ok(scope.register(work))
+    }
+
+    fn blocking(&self, kind: CollKind, args: Args, op: ReduceOp, root: usize) -> Result<()> {
+        let call = self.prepare(kind, args, op, root)?;
+        self.run_blocking(&[call])
+    }
+
+    /// The process at `rank`, for rooted collectives. An out-of-range rank
+    /// is reported (`Error::InvalidRoot`) by the collective called on it.
+    pub fn process_at_rank(&self, rank: usize) -> Process<'_> {
+        Process::new(self, rank)
+    }
+
+    /// Block until every rank has entered the barrier (through the engine,
+    /// so it is ordered with the collectives and bounded by the timeout).
+    pub fn barrier(&self) -> Result<()> {
+        let mut token = [0u8; 1];
+        self.all_reduce_in_place(&mut token[..], ReduceOp::Max)
+    }
+
+    /// `MPI_Allreduce`: combine `send` of every rank with `op` into `recv`
+    /// of every rank. Both hold the same number of elements.
+    ///
+    /// ```no_run
+    /// # use gpucoll::prelude::*;
+    /// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+    /// let x = vec![world.rank() as i64; 4];
+    /// let mut sum = vec![0i64; 4];
+    /// world.all_reduce_into(&x, &mut sum, ReduceOp::Sum)?;
+    /// # Ok::<(), gpucoll::Error>(())
+    /// ```
+    pub fn all_reduce_into<S, R>(&self, send: &S, recv: &mut R, op: ReduceOp) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        self.blocking(CollKind::AllReduce, separate(send, recv), op, 0)
+    }
+
+    /// `MPI_Allreduce` with `MPI_IN_PLACE`: `buf` is both input and result.
+    pub fn all_reduce_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B, op: ReduceOp) -> Result<()> {
+        self.blocking(CollKind::AllReduce, Args::InPlace(buf.raw_mut()), op, 0)
+    }
+
+    /// `MPI_Allgather`: `recv` (size × `send.len()`) receives every rank's
+    /// `send`, in rank order.
+    pub fn all_gather_into<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        self.blocking(CollKind::AllGather, separate(send, recv), ReduceOp::Sum, 0)
+    }
+
+    /// `MPI_Allgather` in place: this rank's block is already at
+    /// `buf[rank*count..(rank+1)*count]`.
+    pub fn all_gather_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<()> {
+        self.blocking(CollKind::AllGather, Args::InPlace(buf.raw_mut()), ReduceOp::Sum, 0)
+    }
+
+    /// `MPI_Reduce_scatter_block`: `send` holds size × `recv.len()`
+    /// elements; rank r receives the reduction of every rank's block r.
+    pub fn reduce_scatter_block_into<S, R>(&self, send: &S, recv: &mut R, op: ReduceOp) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        self.blocking(CollKind::ReduceScatter, separate(send, recv), op, 0)
+    }
+
+    /// `MPI_Reduce_scatter_block` in place: `buf` holds size × count
+    /// elements; the result lands in `buf[..count]`.
+    pub fn reduce_scatter_block_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B, op: ReduceOp) -> Result<()> {
+        self.blocking(CollKind::ReduceScatter, Args::InPlace(buf.raw_mut()), op, 0)
+    }
+
+    /// `MPI_Alltoall`: block j of `send` goes to rank j, which stores it as
+    /// its block i (i = this rank) of `recv`.
+    pub fn all_to_all_into<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        self.blocking(CollKind::AllToAll, separate(send, recv), ReduceOp::Sum, 0)
+    }
+
+    /// `MPI_Alltoall` in place.
+    pub fn all_to_all_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<()> {
+        self.blocking(CollKind::AllToAll, Args::InPlace(buf.raw_mut()), ReduceOp::Sum, 0)
+    }
+
+    /// Immediate `all_reduce_into`.
+    pub fn immediate_all_reduce_into<'a, S, R>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+        op: ReduceOp,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let call = self.prepare(CollKind::AllReduce, separate(send, recv), op, 0)?;
+        self.run_immediate(scope, call)
+    }
+
+    /// Immediate `all_reduce_in_place`.
+    pub fn immediate_all_reduce_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a mut B,
+        op: ReduceOp,
+    ) -> Result<Request<'a>> {
+        let call = self.prepare(CollKind::AllReduce, Args::InPlace(buf.raw_mut()), op, 0)?;
+        self.run_immediate(scope, call)
+    }
+
+    /// Immediate `all_gather_into`.
+    pub fn immediate_all_gather_into<'a, S, R>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let call = self.prepare(CollKind::AllGather, separate(send, recv), ReduceOp::Sum, 0)?;
+        self.run_immediate(scope, call)
+    }
+
+    /// Immediate `all_gather_in_place`.
+    pub fn immediate_all_gather_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a mut B,
+    ) -> Result<Request<'a>> {
+        let call = self.prepare(CollKind::AllGather, Args::InPlace(buf.raw_mut()), ReduceOp::Sum, 0)?;
+        self.run_immediate(scope, call)
+    }
+
+    /// Immediate `reduce_scatter_block_into`.
+    pub fn immediate_reduce_scatter_block_into<'a, S, R>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+        op: ReduceOp,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let call = self.prepare(CollKind::ReduceScatter, separate(send, recv), op, 0)?;
+        self.run_immediate(scope, call)
+    }
+
+    /// Immediate `reduce_scatter_block_in_place`.
+    pub fn immediate_reduce_scatter_block_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a mut B,
+        op: ReduceOp,
+    ) -> Result<Request<'a>> {
+        let call = self.prepare(CollKind::ReduceScatter, Args::InPlace(buf.raw_mut()), op, 0)?;
+        self.run_immediate(scope, call)
+    }
+
+    /// Immediate `all_to_all_into`.
+    pub fn immediate_all_to_all_into<'a, S, R>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let call = self.prepare(CollKind::AllToAll, separate(send, recv), ReduceOp::Sum, 0)?;
+        self.run_immediate(scope, call)
+    }
+
+    /// Immediate `all_to_all_in_place`.
+    pub fn immediate_all_to_all_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a mut B,
+    ) -> Result<Request<'a>> {
+        let call = self.prepare(CollKind::AllToAll, Args::InPlace(buf.raw_mut()), ReduceOp::Sum, 0)?;
+        self.run_immediate(scope, call)
+    }
+
+    /// Run any collective on raw buffers (for generic drivers such as the
+    /// bench and the MPI shim). Lengths follow [`task::Task`]'s
+    /// conventions as seen from the buffers: `send`/`recv` are what the
+    /// typed method of `kind` would take; with `in_place` only `recv` is used.
+    ///
+    /// # Safety
+    /// `send` and `recv` must describe memory that is valid for reads
+    /// (`send`) and writes (`recv`) of their stated lengths for the whole
+    /// call, of the memory kind they claim, and not accessed concurrently.
+    pub unsafe fn raw_collective(
+        &self,
+        kind: CollKind,
+        send: Option<RawBuffer>,
+        recv: Option<RawBuffer>,
+        op: ReduceOp,
+        root: usize,
+        in_place: bool,
+    ) -> Result<()> {
+        let args = if in_place {
+            match recv.or(send) {
+                Some(b) => Args::InPlace(b),
+                None => {
+                    return Err(crate::Error::InvalidUsage(
+                        "an in-place collective needs a buffer".into(),
+                    ))
+                }
+            }
+        } else {
+            Args::Separate { send, recv }
+        };
+        self.blocking(kind, args, op, root)
+    }
+
+    /// Aggregate the collectives issued inside `f` into one launch, executed
+    /// when `f` returns `Ok` (nothing runs if it returns an error).
+    ///
+    /// ```no_run
+    /// # use gpucoll::prelude::*;
+    /// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+    /// let (a, mut b) = (vec![1u32; 8], vec![0u32; 8]);
+    /// let mut c = vec![0f64; 4];
+    /// world.group(|g| {
+    ///     g.all_reduce_into(&a, &mut b, ReduceOp::Sum)?;
+    ///     g.broadcast_into(0, &mut c)
+    /// })?;
+    /// # Ok::<(), gpucoll::Error>(())
+    /// ```
+    pub fn group<'a, F>(&self, f: F) -> Result<()>
+    where
+        F: FnOnce(&mut Group<'a>) -> Result<()>,
+    {
+        let mut g = Group::new(self);
+        f(&mut g)?;
+        let calls = g.into_calls();
+        if calls.is_empty() {
+            return Ok(());
+        }
+        self.run_blocking(&calls)
+    }
+}

@@ -1,0 +1,142 @@
+//! Environment variables that steer gpucoll, read once per communicator.
+
+use crate::error::{Error, Result};
+use crate::tune::{Algorithm, Protocol};
+use std::time::Duration;
+
+/// Default for `GPUCOLL_TIMEOUT` (seconds without progress before a
+/// collective fails).
+pub const DEFAULT_TIMEOUT_SECS: f64 = 300.0;
+
+/// Settings read from `GPUCOLL_*` variables.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// `GPUCOLL_TIMEOUT`: seconds a collective may go without progress.
+    pub timeout: Duration,
+    /// `GPUCOLL_CHECK=1`: compare a signature of every call across ranks first.
+    pub check: bool,
+    /// `GPUCOLL_ALGO`: force an algorithm where it applies.
+    pub algo: Option<Algorithm>,
+    /// `GPUCOLL_PROTO`: force a protocol where the backend has it.
+    pub proto: Option<Protocol>,
+    /// `GPUCOLL_NCHANNELS`: force the channel count (clamped to the backend's maximum).
+    pub nchannels: Option<usize>,
+    /// `GPUCOLL_SIM_NODES`: split each real node's ranks into this many
+    /// simulated nodes (contiguous blocks of local ranks) that talk over MPI.
+    pub sim_nodes: Option<usize>,
+    /// `GPUCOLL_NODE_ID`: this rank's node id, overriding discovery (ranks
+    /// with equal ids share a node; set per rank, e.g. by a wrapper script).
+    pub node_id: Option<u64>,
+    /// `GPUCOLL_BACKEND`: `host` or `cuda` (default: cuda when a GPU is usable).
+    pub backend: Option<String>,
+    /// `GPUCOLL_HOST_SLOT_BYTES`: bytes per FIFO slot of the host backend.
+    pub host_slot_bytes: Option<u64>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            timeout: Duration::from_secs_f64(DEFAULT_TIMEOUT_SECS),
+            check: false,
+            algo: None,
+            proto: None,
+            nchannels: None,
+            sim_nodes: None,
+            node_id: None,
+            backend: None,
+            host_slot_bytes: None,
+        }
+    }
+}
+
+fn var(name: &'static str) -> Option<String> {
+    std::env::var(name)
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+fn bad(name: &'static str, value: &str, reason: &str) -> Error {
+    Error::Config {
+        name,
+        value: value.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+fn parse_bool(name: &'static str, v: &str) -> Result<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(bad(name, v, "expected 0 or 1")),
+    }
+}
+
+fn parse_positive(name: &'static str, v: &str) -> Result<usize> {
+    match v.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(bad(name, v, "expected a positive integer")),
+    }
+}
+
+impl Config {
+    /// Read every `GPUCOLL_*` variable; a malformed value is an error.
+    pub fn from_env() -> Result<Config> {
+        let mut c = Config::default();
+        if let Some(v) = var("GPUCOLL_TIMEOUT") {
+            let secs: f64 = v
+                .parse()
+                .map_err(|_| bad("GPUCOLL_TIMEOUT", &v, "expected seconds"))?;
+            if !(secs > 0.0 && secs.is_finite()) {
+                return Err(bad("GPUCOLL_TIMEOUT", &v, "must be positive"));
+            }
+            c.timeout = Duration::from_secs_f64(secs);
+        }
+        if let Some(v) = var("GPUCOLL_CHECK") {
+            c.check = parse_bool("GPUCOLL_CHECK", &v)?;
+        }
+        if let Some(v) = var("GPUCOLL_ALGO") {
+            c.algo = Some(
+                Algorithm::parse(&v)
+                    .ok_or_else(|| bad("GPUCOLL_ALGO", &v, "expected ring, tree or direct"))?,
+            );
+        }
+        if let Some(v) = var("GPUCOLL_PROTO") {
+            c.proto = Some(
+                Protocol::parse(&v)
+                    .ok_or_else(|| bad("GPUCOLL_PROTO", &v, "expected simple, ll or ll128"))?,
+            );
+        }
+        if let Some(v) = var("GPUCOLL_NCHANNELS") {
+            c.nchannels = Some(parse_positive("GPUCOLL_NCHANNELS", &v)?);
+        }
+        if let Some(v) = var("GPUCOLL_SIM_NODES") {
+            c.sim_nodes = Some(parse_positive("GPUCOLL_SIM_NODES", &v)?);
+        }
+        if let Some(v) = var("GPUCOLL_NODE_ID") {
+            c.node_id = Some(
+                v.parse()
+                    .map_err(|_| bad("GPUCOLL_NODE_ID", &v, "expected an unsigned integer"))?,
+            );
+        }
+        if let Some(v) = var("GPUCOLL_BACKEND") {
+            let lower = v.to_ascii_lowercase();
+            if lower != "host" && lower != "cuda" {
+                return Err(bad("GPUCOLL_BACKEND", &v, "expected host or cuda"));
+            }
+            c.backend = Some(lower);
+        }
+        if let Some(v) = var("GPUCOLL_HOST_SLOT_BYTES") {
+            let n = parse_positive("GPUCOLL_HOST_SLOT_BYTES", &v)? as u64;
+            if n < 256 || n % 64 != 0 {
+                return Err(bad(
+                    "GPUCOLL_HOST_SLOT_BYTES",
+                    &v,
+                    "must be a multiple of 64 and at least 256",
+                ));
+            }
+            c.host_slot_bytes = Some(n);
+        }
+        Ok(c)
+    }
+}

@@ -1,0 +1,370 @@
+//! The engine behind every collective call: check mode, tuning, planning and
+//! submission to the backend, in issue order, with one sequence number per
+//! collective that every rank counts the same way.
+
+use crate::backend::{Backend, BoundPlan, Launch, PendingWork};
+use crate::buffer::RawBuffer;
+use crate::coll::task::{CollKind, Task};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::graph::Graph;
+use crate::mpi::MpiComm;
+use crate::plan::{self, Plan};
+use crate::topo::Topology;
+use crate::tune::Tuner;
+use std::sync::{Arc, Mutex};
+
+/// One validated collective bound to its buffers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Call {
+    pub task: Task,
+    pub input: RawBuffer,
+    pub output: RawBuffer,
+}
+
+/// Failure state shared with pending work, so that an error seen while
+/// waiting fails the communicator for every later call.
+#[derive(Default)]
+struct FailState {
+    reason: Mutex<Option<String>>,
+}
+
+impl FailState {
+    fn check(&self) -> Result<()> {
+        match &*self.reason.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(r) => Err(Error::CommunicatorFailed(r.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn record(&self, err: &Error) {
+        if err.is_fatal() {
+            let mut g = self.reason.lock().unwrap_or_else(|e| e.into_inner());
+            if g.is_none() {
+                *g = Some(err.to_string());
+            }
+        }
+    }
+}
+
+/// The per-communicator engine.
+pub(crate) struct Engine {
+    backend: Box<dyn Backend>,
+    tuner: Tuner,
+    graph: Graph,
+    topo: Topology,
+    config: Config,
+    /// Next sequence number; the lock also keeps submissions in issue order.
+    next_seq: Mutex<u64>,
+    failed: Arc<FailState>,
+}
+
+/// Size of the check-mode signature each rank contributes.
+const SIGNATURE_BYTES: usize = 72;
+
+impl Engine {
+    pub(crate) fn new(backend: Box<dyn Backend>, topo: Topology, config: Config) -> Engine {
+        let tuner = Tuner::new(&topo, backend.caps(), &config);
+        let graph = Graph::new(&topo);
+        tracing::info!(
+            backend = backend.name(),
+            ranks = topo.nranks,
+            nodes = topo.nnodes(),
+            check = config.check,
+            timeout_s = config.timeout.as_secs_f64(),
+            "gpucoll engine ready"
+        );
+        Engine {
+            backend,
+            tuner,
+            graph,
+            topo,
+            config,
+            next_seq: Mutex::new(0),
+            failed: Arc::new(FailState::default()),
+        }
+    }
+
+    pub(crate) fn backend_name(&self) -> &'static str {
+        self.backend.name()
+    }
+
+    pub(crate) fn check_memory(&self, kind: crate::buffer::MemoryKind) -> Result<()> {
+        self.backend.check_memory(kind)
+    }
+
+    pub(crate) fn abort(&self, reason: &str) {
+        self.failed.record(&Error::Aborted);
+        self.backend.abort(reason);
+    }
+
+    /// Plan one task for this rank (exposed for logging and tests).
+    pub(crate) fn plan(&self, task: &Task) -> Plan {
+        let choice = self.tuner.choose(task);
+        tracing::debug!(
+            coll = task.kind.name(),
+            count = task.count,
+            dtype = %task.dtype,
+            op = %task.op,
+            algo = %choice.algorithm,
+            proto = %choice.protocol,
+            channels = choice.nchannels,
+            chunk_bytes = choice.chunk_bytes,
+            "plan"
+        );
+        plan::build(task, &self.topo, &self.graph, &choice, self.backend.caps())
+    }
+
+    /// Check, plan and submit `calls` as one launch.
+    ///
+    /// # Safety
+    /// Every buffer of `calls` must stay valid and untouched by anything
+    /// else until the returned work has completed (see [`Backend::submit`]).
+    pub(crate) unsafe fn submit(
+        &self,
+        mpi: &MpiComm,
+        calls: &[Call],
+    ) -> Result<Box<dyn PendingWork>> {
+        self.failed.check()?;
+        let mut next = self.next_seq.lock().unwrap_or_else(|e| e.into_inner());
+        let first_seq = *next;
+        *next += calls.len() as u64;
+        if self.config.check {
+            if let Err(e) = self.check_signatures(mpi, first_seq, calls) {
+                self.failed.record(&e);
+                return Err(e);
+            }
+        }
+        let items = calls
+            .iter()
+            .map(|c| BoundPlan {
+                plan: Arc::new(self.plan(&c.task)),
+                input: c.input,
+                output: c.output,
+            })
+            .collect();
+        let launch = Launch { first_seq, items };
+        // SAFETY: the caller guarantees the buffers outlive the work.
+        let inner = unsafe { self.backend.submit(launch) };
+        drop(next);
+        match inner {
+            Ok(inner) => Ok(Box::new(TrackedWork {
+                inner,
+                failed: self.failed.clone(),
+            })),
+            Err(e) => {
+                self.failed.record(&e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Compare a fixed-size signature of this submission across ranks.
+    fn check_signatures(&self, mpi: &MpiComm, seq: u64, calls: &[Call]) -> Result<()> {
+        let mine = signature(seq, calls);
+        let all = mpi
+            .allgather_bytes_timeout(&mine, self.config.timeout)
+            .map_err(|e| match e {
+                Error::Timeout {
+                    seconds,
+                    waiting_for,
+                    ..
+                } => Error::Timeout {
+                    seq,
+                    seconds,
+                    waiting_for,
+                },
+                other => other,
+            })?;
+        let mut differing = Vec::new();
+        for (r, sig) in all.chunks_exact(SIGNATURE_BYTES).enumerate() {
+            if sig != mine.as_slice() {
+                differing.push(r);
+            }
+        }
+        if differing.is_empty() {
+            return Ok(());
+        }
+        let describe = |sig: &[u8]| describe_signature(sig);
+        let mut detail = format!(
+            "rank {} called {}",
+            self.topo.rank,
+            describe(&mine)
+        );
+        for r in differing.iter().take(4) {
+            let sig = &all[r * SIGNATURE_BYTES..(r + 1) * SIGNATURE_BYTES];
+            detail.push_str(&format!("; rank {r} called {}", describe(sig)));
+        }
+        if differing.len() > 4 {
+            detail.push_str(&format!("; and {} more ranks differ", differing.len() - 4));
+        }
+        Err(Error::MismatchedCall { seq, detail })
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        tracing::debug!("engine dropped");
+    }
+}
+
+/// Pending work that records a fatal failure in the communicator's state.
+struct TrackedWork {
+    inner: Box<dyn PendingWork>,
+    failed: Arc<FailState>,
+}
+
+impl PendingWork for TrackedWork {
+    fn wait(&mut self) -> Result<()> {
+        let r = self.inner.wait();
+        if let Err(e) = &r {
+            self.failed.record(e);
+        }
+        r
+    }
+
+    fn test(&mut self) -> Result<bool> {
+        let r = self.inner.test();
+        if let Err(e) = &r {
+            self.failed.record(e);
+        }
+        r
+    }
+}
+
+fn kind_code(k: CollKind) -> u8 {
+    CollKind::ALL.iter().position(|x| *x == k).unwrap_or(0) as u8
+}
+
+/// Fixed-size description of a submission: the first call in full, plus the
+/// number of calls and a digest of all of them.
+fn signature(seq: u64, calls: &[Call]) -> Vec<u8> {
+    let mut s = Vec::with_capacity(SIGNATURE_BYTES);
+    s.extend_from_slice(&seq.to_le_bytes());
+    s.extend_from_slice(&(calls.len() as u64).to_le_bytes());
+    let first = calls.first().map(|c| c.task);
+    let (kind, dtype, op, in_place, count, root, scalar) = match first {
+        Some(t) => (
+            kind_code(t.kind),
+            t.dtype as u8,
+            if t.kind.reduces() { t.op.code() } else { 0 },
+            t.in_place as u8,
+            t.count,
+            t.root as u64,
+            if t.kind.reduces() {
+                t.op.scalar_bits()
+            } else {
+                0
+            },
+        ),
+        None => (0, 0, 0, 0, 0, 0, 0),
+    };
+    s.extend_from_slice(&[kind, dtype, op, in_place, first.is_some() as u8, 0, 0, 0]);
+    s.extend_from_slice(&count.to_le_bytes());
+    s.extend_from_slice(&root.to_le_bytes());
+    s.extend_from_slice(&scalar.to_le_bytes());
+    let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
+    for c in calls {
+        let t = c.task;
+        for word in [
+            kind_code(t.kind) as u64,
+            t.dtype as u64,
+            if t.kind.reduces() { t.op.code() as u64 } else { 0 },
+            if t.kind.reduces() { t.op.scalar_bits() } else { 0 },
+            t.in_place as u64,
+            t.count,
+            t.root as u64,
+        ] {
+            digest = (digest ^ word).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    s.extend_from_slice(&digest.to_le_bytes());
+    s.resize(SIGNATURE_BYTES, 0);
+    s
+}
+
+fn describe_signature(sig: &[u8]) -> String {
+    let u64_at = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&sig[i..i + 8]);
+        u64::from_le_bytes(b)
+    };
+    let seq = u64_at(0);
+    let ncalls = u64_at(8);
+    let kind = CollKind::ALL
+        .get(sig[16] as usize)
+        .map(|k| k.name())
+        .unwrap_or("?");
+    let dtype = crate::datatype::Datatype::ALL
+        .get(sig[17] as usize)
+        .map(|d| d.rust_name())
+        .unwrap_or("?");
+    let op = crate::op::ReduceOp::ALL
+        .get(sig[18] as usize)
+        .map(|o| o.name())
+        .unwrap_or("?");
+    let in_place = sig[19] != 0;
+    let count = u64_at(24);
+    let root = u64_at(32);
+    if sig[20] == 0 {
+        return format!("an empty group (collective #{seq})");
+    }
+    let mut d = format!(
+        "{kind}(count={count}, type={dtype}, op={op}, root={root}{})",
+        if in_place { ", in place" } else { "" }
+    );
+    if ncalls > 1 {
+        d.push_str(&format!(" first of a group of {ncalls}"));
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buffer::MemoryKind;
+    use crate::datatype::Datatype;
+    use crate::op::ReduceOp;
+
+    fn call(kind: CollKind, count: u64) -> Call {
+        let b = RawBuffer {
+            addr: 0,
+            len: 0,
+            dtype: Datatype::F32,
+            memory: MemoryKind::Host,
+        };
+        Call {
+            task: Task {
+                kind,
+                dtype: Datatype::F32,
+                op: ReduceOp::Sum,
+                count,
+                root: 0,
+                in_place: false,
+            },
+            input: b,
+            output: b,
+        }
+    }
+
+    #[test]
+    fn signatures_differ_on_count_and_kind() {
+        let a = signature(3, &[call(CollKind::AllReduce, 10)]);
+        let b = signature(3, &[call(CollKind::AllReduce, 11)]);
+        let c = signature(3, &[call(CollKind::Broadcast, 10)]);
+        assert_eq!(a.len(), SIGNATURE_BYTES);
+        assert_ne!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a, signature(3, &[call(CollKind::AllReduce, 10)]));
+        let d = describe_signature(&a);
+        assert!(d.contains("all_reduce(count=10"), "{d}");
+    }
+
+    #[test]
+    fn group_digest_covers_later_calls() {
+        let a = signature(0, &[call(CollKind::AllReduce, 1), call(CollKind::AllGather, 2)]);
+        let b = signature(0, &[call(CollKind::AllReduce, 1), call(CollKind::AllGather, 3)]);
+        assert_ne!(a, b);
+        assert!(describe_signature(&a).contains("group of 2"));
+    }
+}

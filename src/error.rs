@@ -1,0 +1,130 @@
+//! The one error type of gpucoll.
+
+use crate::datatype::Datatype;
+
+/// Result alias used throughout gpucoll.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Everything that can go wrong in a gpucoll call.
+///
+/// Argument errors (`InvalidRoot`, `BufferLength`, ...) are detected locally,
+/// before any data moves, and leave the communicator usable. Errors that only
+/// the ranks together can see (`MismatchedCall`, `Timeout`, `PeerFailed`)
+/// leave the communicator failed: later calls return `CommunicatorFailed`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An MPI call returned an error code.
+    #[error("MPI call {call} failed with error code {code}: {message}")]
+    Mpi {
+        call: &'static str,
+        code: i32,
+        message: String,
+    },
+    /// The MPI library is not initialized or already finalized.
+    #[error("MPI is not usable: {0}")]
+    MpiState(String),
+    /// A root rank outside `0..size`.
+    #[error("root {root} is out of range for a communicator of size {size}")]
+    InvalidRoot { root: usize, size: usize },
+    /// A rank outside `0..size` (for `process_at_rank`, `split` keys, ...).
+    #[error("rank {rank} is out of range for a communicator of size {size}")]
+    InvalidRank { rank: usize, size: usize },
+    /// A buffer whose length does not match what the collective needs.
+    #[error("{buffer} buffer holds {actual} elements but the call needs {expected}")]
+    BufferLength {
+        buffer: &'static str,
+        expected: u64,
+        actual: u64,
+    },
+    /// A buffer length that must be a multiple of the communicator size.
+    #[error("{buffer} buffer holds {len} elements, not a multiple of the communicator size {size}")]
+    NotDivisible {
+        buffer: &'static str,
+        len: u64,
+        size: usize,
+    },
+    /// Send and receive buffers of different element types.
+    #[error("send buffer holds {send} but receive buffer holds {recv}")]
+    TypeMismatch { send: Datatype, recv: Datatype },
+    /// The reduction op cannot be applied to this datatype.
+    #[error("reduction {op} is not defined for {dtype}")]
+    InvalidOp { op: String, dtype: Datatype },
+    /// Send and receive buffers overlap where the call forbids it.
+    #[error("send and receive buffers overlap; use the in-place form of this collective")]
+    Aliasing,
+    /// Misuse of an in-place form (for example, a length that cannot hold the result).
+    #[error("invalid in-place call: {0}")]
+    InPlace(String),
+    /// A buffer lives in memory the selected backend cannot use.
+    #[error("{0}")]
+    WrongMemory(String),
+    /// The communicator was freed (explicitly, or the environment was finalized).
+    #[error("the communicator has been freed")]
+    CommunicatorFreed,
+    /// An earlier collective failed and left the communicator unusable.
+    #[error("the communicator failed earlier and can no longer be used: {0}")]
+    CommunicatorFailed(String),
+    /// The call was used where it cannot be (for example a collective inside a group of another communicator).
+    #[error("invalid usage: {0}")]
+    InvalidUsage(String),
+    /// `GPUCOLL_CHECK=1` found ranks that disagree about the call.
+    #[error("ranks disagree about collective #{seq}: {detail}")]
+    MismatchedCall { seq: u64, detail: String },
+    /// The data stream from a peer does not match this rank's call (detected by the transport).
+    #[error("peer rank {peer} sent data for a different call ({detail}); the ranks issued different collectives")]
+    ProtocolMismatch { peer: usize, detail: String },
+    /// No progress within `GPUCOLL_TIMEOUT`.
+    #[error("collective #{seq} made no progress for {seconds:.1} s (GPUCOLL_TIMEOUT); a peer is dead, slow, or issued a different call: {waiting_for}")]
+    Timeout {
+        seq: u64,
+        seconds: f64,
+        waiting_for: String,
+    },
+    /// Another rank failed (or aborted) and told us.
+    #[error("a peer failed or aborted: {0}")]
+    PeerFailed(String),
+    /// `Communicator::abort` was called.
+    #[error("the communicator was aborted")]
+    Aborted,
+    /// A bad environment variable or configuration value.
+    #[error("invalid configuration {name}={value}: {reason}")]
+    Config {
+        name: &'static str,
+        value: String,
+        reason: String,
+    },
+    /// An operating-system call failed (shared memory, threads, ...).
+    #[error("{call} failed: {message}")]
+    System { call: &'static str, message: String },
+    /// A backend-specific failure (CUDA driver, ...).
+    #[error("backend error: {0}")]
+    Backend(String),
+    /// A count too large for this platform or transport.
+    #[error("count {0} is too large")]
+    CountTooLarge(u64),
+}
+
+impl Error {
+    /// Whether this error leaves the communicator unusable.
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            Error::MismatchedCall { .. }
+                | Error::ProtocolMismatch { .. }
+                | Error::Timeout { .. }
+                | Error::PeerFailed(_)
+                | Error::Aborted
+                | Error::CommunicatorFailed(_)
+                | Error::System { .. }
+                | Error::Backend(_)
+        )
+    }
+
+    pub(crate) fn system(call: &'static str) -> Error {
+        Error::System {
+            call,
+            message: std::io::Error::last_os_error().to_string(),
+        }
+    }
+}

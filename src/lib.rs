@@ -1,0 +1,59 @@
+//! # gpucoll
+//!
+//! MPI-style collectives (all_reduce, reduce, broadcast, all_gather,
+//! reduce_scatter, all_to_all, gather, scatter; blocking, immediate and
+//! grouped) with an rsmpi-like API. MPI launches the job and bootstraps the
+//! communicators; gpucoll moves the data itself with its own engine:
+//! topology, ring/tree graphs, a cost-model tuner, a planner, and backends
+//! that execute the plans (the host backend over shared memory and MPI
+//! point-to-point; the CUDA backend on GPU memory).
+//!
+//! ```no_run
+//! use gpucoll::prelude::*;
+//!
+//! let universe = gpucoll::initialize()?;
+//! let world = universe.world()?;
+//! let send = vec![world.rank() as f32; 1024];
+//! let mut sum = vec![0f32; 1024];
+//! world.all_reduce_into(&send, &mut sum, ReduceOp::Sum)?;
+//! world.process_at_rank(0).broadcast_into(&mut sum)?;
+//! # Ok::<(), gpucoll::Error>(())
+//! ```
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod backend;
+pub mod buffer;
+pub mod coll;
+pub mod comm;
+pub mod config;
+pub mod datatype;
+pub(crate) mod enqueue;
+pub mod env;
+pub mod error;
+pub mod graph;
+pub mod mpi;
+pub mod op;
+pub mod plan;
+pub mod reference;
+pub mod request;
+pub mod topo;
+pub mod tune;
+
+pub use buffer::{Buffer, BufferMut, MemoryKind, RawBuffer};
+pub use coll::task::CollKind;
+pub use coll::{Group, Process};
+pub use comm::Communicator;
+pub use datatype::{Datatype, Equivalence};
+pub use env::{initialize, initialize_with_threading, Threading, Universe};
+pub use error::{Error, Result};
+pub use half::{bf16, f16};
+pub use op::ReduceOp;
+pub use request::{scope, Request, Scope};
+
+/// Everything a typical program needs.
+pub mod prelude {
+    pub use crate::{
+        bf16, f16, initialize, Buffer, BufferMut, Communicator, Datatype, Equivalence, Error,
+        Process, ReduceOp, Result,
+    };
+}

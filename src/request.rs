@@ -1,0 +1,115 @@
+//! Immediate (nonblocking) collectives: [`scope`], [`Scope`] and [`Request`].
+//!
+//! As in rsmpi, an immediate collective borrows its buffers for the lifetime
+//! of a scope, and the scope does not end before every request started in it
+//! has completed. So a buffer can neither be freed nor touched while the
+//! engine still works on it, even if a `Request` is leaked with
+//! `std::mem::forget`.
+
+use crate::backend::PendingWork;
+use crate::error::Result;
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::rc::Rc;
+
+type Slot = Rc<RefCell<Option<Box<dyn PendingWork>>>>;
+
+/// The region in which immediate collectives may borrow buffers for `'a`.
+pub struct Scope<'a> {
+    outstanding: RefCell<Vec<Slot>>,
+    // Invariant in 'a, so requests cannot be moved to a scope that ends later.
+    _marker: PhantomData<&'a mut &'a ()>,
+}
+
+/// Run `f` with a scope for immediate collectives; waits for every request
+/// started in the scope before returning (also when `f` panics).
+///
+/// ```no_run
+/// # use gpucoll::prelude::*;
+/// # let universe = gpucoll::initialize()?;
+/// # let world = universe.world()?;
+/// let a = vec![1.0f32; 1024];
+/// let mut b = vec![0.0f32; 1024];
+/// gpucoll::scope(|s| {
+///     let req = world.immediate_all_reduce_into(s, &a, &mut b, ReduceOp::Sum)?;
+///     // ... other work overlaps the collective ...
+///     req.wait()
+/// })?;
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
+pub fn scope<'a, F, T>(f: F) -> T
+where
+    F: FnOnce(&Scope<'a>) -> T,
+{
+    let s = Scope {
+        outstanding: RefCell::new(Vec::new()),
+        _marker: PhantomData,
+    };
+    f(&s)
+    // `s` drops here and waits for whatever is still outstanding.
+}
+
+impl<'a> Scope<'a> {
+    pub(crate) fn register(&self, work: Box<dyn PendingWork>) -> Request<'a> {
+        let slot: Slot = Rc::new(RefCell::new(Some(work)));
+        self.outstanding.borrow_mut().push(slot.clone());
+        Request {
+            slot,
+            _marker: PhantomData,
+        }
+    }
+}
+
+impl Drop for Scope<'_> {
+    fn drop(&mut self) {
+        for slot in self.outstanding.borrow_mut().drain(..) {
+            if let Some(mut work) = slot.borrow_mut().take() {
+                if let Err(e) = work.wait() {
+                    tracing::warn!(error = %e, "immediate collective failed and was never waited on");
+                }
+            }
+        }
+    }
+}
+
+/// An immediate collective in flight.
+#[must_use = "a request should be waited on or tested to see its result"]
+pub struct Request<'a> {
+    slot: Slot,
+    _marker: PhantomData<&'a ()>,
+}
+
+impl Request<'_> {
+    /// Block until the collective completes and return its result.
+    pub fn wait(self) -> Result<()> {
+        let work = self.slot.borrow_mut().take();
+        match work {
+            Some(mut w) => w.wait(),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the collective has completed (`Ok(true)`), is still running
+    /// (`Ok(false)`), or failed (`Err`).
+    pub fn test(&self) -> Result<bool> {
+        let mut guard = self.slot.borrow_mut();
+        let done = match guard.as_mut() {
+            Some(w) => w.test()?,
+            None => return Ok(true),
+        };
+        if done {
+            *guard = None;
+        }
+        Ok(done)
+    }
+}
+
+impl Drop for Request<'_> {
+    fn drop(&mut self) {
+        if let Some(mut w) = self.slot.borrow_mut().take() {
+            if let Err(e) = w.wait() {
+                tracing::warn!(error = %e, "dropped request's collective failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! The tuner: a cost model that picks algorithm, protocol, channel count and
+//! chunk size for each call. Every input is agreed across ranks at
+//! communicator creation, so all ranks compute the same choice without
+//! talking to each other.
+
+use std::fmt;
+
+/// How the data moves between ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Ring pipelines (reduce-scatter + all-gather phases for all_reduce).
+    Ring,
+    /// Double binary trees across nodes, chains within a node (all_reduce).
+    Tree,
+    /// Every rank exchanges with every peer directly (all_to_all, gather,
+    /// scatter; and one-shot reductions where every peer is one hop away).
+    Direct,
+}
+
+impl Algorithm {
+    pub const ALL: [Algorithm; 3] = [Algorithm::Ring, Algorithm::Tree, Algorithm::Direct];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Ring => "ring",
+            Algorithm::Tree => "tree",
+            Algorithm::Direct => "direct",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Algorithm> {
+        Algorithm::ALL
+            .into_iter()
+            .find(|a| a.name().eq_ignore_ascii_case(s.trim()))
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The FIFO slot format between two ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// Data then a fenced tail update: highest bandwidth.
+    Simple,
+    /// 8-byte data + flag lines, no fence: lowest latency, half the bandwidth.
+    LL,
+    /// 128-byte lines with a flag word, relying on NVLink ordering.
+    LL128,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 3] = [Protocol::Simple, Protocol::LL, Protocol::LL128];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Simple => "simple",
+            Protocol::LL => "ll",
+            Protocol::LL128 => "ll128",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Protocol> {
+        Protocol::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(s.trim()))
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the tuner decided for one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Choice {
+    pub algorithm: Algorithm,
+    pub protocol: Protocol,
+    pub nchannels: usize,
+    /// Largest step size in bytes (at most half a connector's FIFO).
+    pub chunk_bytes: u64,
+}
