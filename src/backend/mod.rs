@@ -5,6 +5,8 @@
 //!   shared memory, nodes through MPI point-to-point; channels run on threads.
 //! * `cuda` (feature `cuda`): the same plans as GPU kernels.
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod host;
 
 use crate::buffer::{MemoryKind, RawBuffer};
@@ -103,4 +105,22 @@ pub trait Backend: Send + Sync {
             ))),
         }
     }
+}
+
+/// The backend for a new communicator. Collective over `mpi`.
+///
+/// Only the host backend exists in this build; asking for `cuda` is an error.
+pub(crate) fn create(
+    runtime: &crate::env::Runtime,
+    mpi: Arc<crate::mpi::MpiComm>,
+    topo: &crate::topo::Topology,
+    config: &crate::config::Config,
+) -> Result<Box<dyn Backend>> {
+    if config.backend.as_deref() == Some("cuda") {
+        return Err(Error::Backend(
+            "this build has no CUDA backend; build with --features cuda".into(),
+        ));
+    }
+    let backend = host::HostBackend::new(mpi, topo, config, runtime.thread_multiple())?;
+    Ok(Box::new(backend))
 }

@@ -1,7 +1,15 @@
 //! The planner: a validated [`Task`] plus the tuner's choice become per-channel
 //! lists of [`Step`]s that every backend executes the same way.
 
+mod build;
+mod direct;
+mod ring;
+#[cfg(test)]
+pub(crate) mod simulate;
 pub mod step;
+mod tree;
+
+pub use build::build;
 
 pub use step::{BufId, Flow, Peers, Region, Step, MAX_STEP_PEERS};
 

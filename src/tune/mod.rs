@@ -3,6 +3,11 @@
 //! communicator creation, so all ranks compute the same choice without
 //! talking to each other.
 
+pub mod model;
+mod tuner;
+
+pub use tuner::{max_chunk_bytes, Tuner};
+
 use std::fmt;
 
 /// How the data moves between ranks.

@@ -1,0 +1,261 @@
+//! [`build`]: turn a task and the tuner's choice into this rank's steps.
+//!
+//! The data is split among channels in contiguous element ranges (aligned to
+//! 16 bytes where possible; for collectives over per-rank blocks, the range
+//! is within each block). Each algorithm then walks its channel's range in
+//! chunks of at most `chunk_elems` elements. Every rank computes the same
+//! partition and chunking, so a step that sends on one rank always meets the
+//! step that receives on its peer, in the same order.
+
+use super::{direct, ring, tree, ChannelWork, Flow, Peers, Plan, Region, Step};
+use crate::backend::BackendCaps;
+use crate::coll::task::{CollKind, Task};
+use crate::graph::Graph;
+use crate::op::Reduction;
+use crate::topo::Topology;
+use crate::tune::{max_chunk_bytes, Algorithm, Choice};
+
+/// What every algorithm builder needs.
+pub(crate) struct Ctx<'a> {
+    pub task: &'a Task,
+    pub graph: &'a Graph,
+    /// Number of ranks.
+    pub n: usize,
+    /// This rank.
+    pub me: usize,
+    /// Largest step, in elements (at least 1).
+    pub chunk: u64,
+    /// Elements in 16 bytes (at least 1): the alignment of channel and
+    /// uneven-chunk boundaries.
+    pub align: u64,
+    pub reduction: Reduction,
+}
+
+impl Ctx<'_> {
+    /// Element offset of `off` within rank `block`'s block of `task.count`
+    /// elements (saturating: absurd sizes are never materialized).
+    pub fn at(&self, block: usize, off: u64) -> u64 {
+        (block as u64)
+            .saturating_mul(self.task.count)
+            .saturating_add(off)
+    }
+
+    /// `(offset, count)` of the chunks of `[start, end)`.
+    pub fn chunks(&self, start: u64, end: u64) -> impl Iterator<Item = (u64, u64)> {
+        let chunk = self.chunk;
+        let mut off = start;
+        std::iter::from_fn(move || {
+            if off >= end {
+                return None;
+            }
+            let k = chunk.min(end - off);
+            let item = (off, k);
+            off += k;
+            Some(item)
+        })
+    }
+}
+
+/// A Flow moving `count` elements with no peers, source or destination yet.
+pub(crate) fn flow(count: u64) -> Flow {
+    Flow {
+        recv: Peers::NONE,
+        send: Peers::NONE,
+        src: None,
+        dst: None,
+        count,
+        reduce: false,
+        pre_op: false,
+        post_op: false,
+    }
+}
+
+/// A Flow contributing this rank's own input at `src`: a reduction with the
+/// pre-op (scaling of the local input) applied. With no receive peers the
+/// value is the scaled input alone.
+pub(crate) fn own_input(count: u64, src: Region) -> Flow {
+    Flow {
+        src: Some(src),
+        reduce: true,
+        pre_op: true,
+        ..flow(count)
+    }
+}
+
+/// Ceiling division.
+pub(crate) fn div_ceil(a: u64, b: u64) -> u64 {
+    a / b + u64::from(a % b != 0)
+}
+
+/// Round `a` up to a multiple of `m` (saturating).
+pub(crate) fn round_up(a: u64, m: u64) -> u64 {
+    div_ceil(a, m).saturating_mul(m)
+}
+
+/// Split `[0, total)` into at most `nch` contiguous non-empty ranges whose
+/// boundaries are multiples of `align` (except the end).
+pub(crate) fn channel_ranges(total: u64, nch: usize, align: u64) -> Vec<(u64, u64)> {
+    let nch = nch.max(1) as u64;
+    let share = round_up(div_ceil(total, nch), align.max(1)).max(1);
+    let mut v = Vec::new();
+    let mut start = 0u64;
+    while start < total && (v.len() as u64) < nch {
+        let end = start.saturating_add(share).min(total);
+        v.push((start, end));
+        start = end;
+    }
+    v
+}
+
+/// The algorithm actually used for `kind`: the chosen one if it is
+/// implemented for the collective, else the collective's only one.
+fn effective_algorithm(kind: CollKind, chosen: Algorithm) -> Algorithm {
+    match kind {
+        CollKind::AllReduce => chosen,
+        CollKind::Reduce | CollKind::Broadcast | CollKind::AllGather | CollKind::ReduceScatter => {
+            Algorithm::Ring
+        }
+        CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => Algorithm::Direct,
+    }
+}
+
+/// Plan `task` for this rank (`topo.rank`).
+///
+/// The plan's shape (algorithm, protocol, chunking, channel count, scratch)
+/// depends only on values identical on all ranks; the steps are this rank's.
+/// `choice.chunk_bytes` is additionally capped at half the FIFO (at least
+/// one slot), which the ring and tree pipelines rely on to be deadlock free.
+pub fn build(
+    task: &Task,
+    topo: &Topology,
+    graph: &Graph,
+    choice: &Choice,
+    caps: &BackendCaps,
+) -> Plan {
+    let n = topo.nranks.max(1);
+    let elem = task.dtype.size() as u64;
+    let chunk_bytes = choice.chunk_bytes.min(max_chunk_bytes(caps));
+    let cx = Ctx {
+        task,
+        graph,
+        n,
+        me: topo.rank,
+        chunk: (chunk_bytes / elem).max(1),
+        align: (16 / elem).max(1),
+        reduction: Reduction::lower(task.op, task.dtype, n),
+    };
+    let algorithm = effective_algorithm(task.kind, choice.algorithm);
+    let scratch_elems = if task.kind == CollKind::AllToAll && task.in_place && n > 1 {
+        task.count.saturating_mul(n as u64)
+    } else {
+        0
+    };
+    let mut plan = Plan {
+        task: *task,
+        reduction: cx.reduction,
+        algorithm,
+        protocol: choice.protocol,
+        chunk_elems: cx.chunk,
+        scratch_elems,
+        channels: Vec::new(),
+    };
+    if task.count == 0 {
+        return plan;
+    }
+    let ranges = channel_ranges(task.count, choice.nchannels, cx.align);
+    let mut channels: Vec<ChannelWork> = ranges
+        .iter()
+        .enumerate()
+        .map(|(c, &(s, e))| {
+            let mut steps = Vec::new();
+            if n == 1 {
+                local(&cx, s, e, &mut steps);
+            } else {
+                match (task.kind, algorithm) {
+                    (CollKind::AllReduce, Algorithm::Ring) => {
+                        ring::all_reduce(&cx, s, e, &mut steps)
+                    }
+                    (CollKind::AllReduce, Algorithm::Tree) => {
+                        tree::all_reduce(&cx, c, s, e, &mut steps)
+                    }
+                    (CollKind::AllReduce, Algorithm::Direct) => {
+                        direct::all_reduce(&cx, s, e, &mut steps)
+                    }
+                    (CollKind::Reduce, _) => ring::reduce(&cx, s, e, &mut steps),
+                    (CollKind::Broadcast, _) => ring::broadcast(&cx, s, e, &mut steps),
+                    (CollKind::AllGather, _) => ring::all_gather(&cx, s, e, &mut steps),
+                    (CollKind::ReduceScatter, _) => ring::reduce_scatter(&cx, s, e, &mut steps),
+                    (CollKind::AllToAll, _) => direct::all_to_all(&cx, s, e, &mut steps),
+                    (CollKind::Gather, _) => direct::gather(&cx, s, e, &mut steps),
+                    (CollKind::Scatter, _) => direct::scatter(&cx, s, e, &mut steps),
+                }
+            }
+            ChannelWork { channel: c, steps }
+        })
+        .collect();
+    // A single rank may have nothing to do at all (in place, no scaling);
+    // with one rank there is no peer whose channel ids must agree.
+    if n == 1 && channels.iter().all(|c| c.steps.is_empty()) {
+        channels.clear();
+    }
+    plan.channels = channels;
+    plan
+}
+
+/// One rank: every collective is a copy of the input to the output (block
+/// 0), with the pre/post ops for reductions; nothing when in place and the
+/// copy would change nothing.
+fn local(cx: &Ctx<'_>, s: u64, e: u64, steps: &mut Vec<Step>) {
+    let task = cx.task;
+    let r = &cx.reduction;
+    if task.kind.reduces() {
+        let scales = r.pre_scale.is_some_and(|x| x != 1.0) || r.post_div.is_some_and(|d| d != 1);
+        if task.in_place && !scales {
+            return;
+        }
+        for (o, k) in cx.chunks(s, e) {
+            steps.push(Step::Flow(Flow {
+                dst: Some(Region::output(o)),
+                post_op: true,
+                ..own_input(k, Region::input(o))
+            }));
+        }
+    } else {
+        if task.in_place {
+            return;
+        }
+        for (o, k) in cx.chunks(s, e) {
+            steps.push(Step::Flow(Flow {
+                src: Some(Region::input(o)),
+                dst: Some(Region::output(o)),
+                ..flow(k)
+            }));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_ranges_cover_and_align() {
+        for total in [0u64, 1, 2, 3, 7, 13, 64, 1000, 4099] {
+            for nch in 1..=5 {
+                for align in [1u64, 2, 4, 16] {
+                    let v = channel_ranges(total, nch, align);
+                    assert!(v.len() <= nch);
+                    let mut at = 0;
+                    for &(s, e) in &v {
+                        assert_eq!(s, at);
+                        assert!(e > s);
+                        assert!(s % align == 0);
+                        at = e;
+                    }
+                    assert_eq!(at, total);
+                }
+            }
+        }
+        assert_eq!(channel_ranges(u64::MAX, 3, 16).last().unwrap().1, u64::MAX);
+    }
+}

@@ -1,0 +1,197 @@
+//! The cost model: estimated time of one collective for a given algorithm,
+//! protocol and channel count, in NCCL's spirit:
+//!
+//! `time = launch + latency_per_step × steps + bytes / bandwidth`
+//!
+//! where the step latencies and per-channel bandwidths come from the
+//! backend's [`LinkCost`]s (a hop within a node, a hop between nodes) and the
+//! bandwidth is converted from the "bus" bandwidth every link reaches to the
+//! algorithm bandwidth the caller sees (a ring all_reduce moves
+//! `2(n-1)/n` of the buffer over every link, a tree all_reduce the whole
+//! buffer up and down).
+
+use crate::backend::{BackendCaps, LinkCost};
+use crate::coll::task::CollKind;
+use crate::tune::{Algorithm, Protocol};
+
+/// The topology facts the model needs (agreed on all ranks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub nranks: usize,
+    pub nnodes: usize,
+    /// Most ranks on one node.
+    pub ppn: usize,
+}
+
+/// Latency and bandwidth multipliers of a protocol relative to Simple: LL
+/// skips the fence and the flag round trip (lower latency) but carries 8
+/// payload bytes per 16; LL128 carries 120 of every 128 bytes with a latency
+/// between the two.
+pub fn protocol_factors(p: Protocol) -> (f64, f64) {
+    match p {
+        Protocol::Simple => (1.0, 1.0),
+        Protocol::LL128 => (0.7, 0.92),
+        Protocol::LL => (0.5, 0.5),
+    }
+}
+
+/// Efficiency of the tree all_reduce's pipelining relative to the ideal
+/// (NCCL measures 0.5..0.9 depending on size; up and down share a channel).
+const TREE_EFFICIENCY: f64 = 0.8;
+
+/// The link a multi-hop path is limited by: the slower bandwidth of the
+/// links it uses.
+pub fn path_bandwidth(shape: &Shape, caps: &BackendCaps) -> f64 {
+    if shape.nnodes > 1 {
+        caps.intra.bandwidth_gbs.min(caps.inter.bandwidth_gbs)
+    } else {
+        caps.intra.bandwidth_gbs
+    }
+}
+
+fn positive(x: f64) -> f64 {
+    if x.is_finite() && x > 0.0 {
+        x
+    } else {
+        1e-9
+    }
+}
+
+/// Latency of `intra` hops within a node plus `inter` hops between nodes.
+fn hops(intra: usize, inter: usize, caps: &BackendCaps) -> f64 {
+    let lat = |l: &LinkCost| l.latency_us.max(0.0);
+    intra as f64 * lat(&caps.intra) + inter as f64 * lat(&caps.inter)
+}
+
+/// Ceiling of log2(n) (0 for n <= 1).
+fn log2_ceil(n: usize) -> usize {
+    if n <= 1 {
+        0
+    } else {
+        (usize::BITS - (n - 1).leading_zeros()) as usize
+    }
+}
+
+/// Estimated time in µs of `kind` over `bytes` (the larger of the input and
+/// output buffers), or `None` when the algorithm cannot run the collective.
+pub fn estimate_us(
+    kind: CollKind,
+    algo: Algorithm,
+    proto: Protocol,
+    nchannels: usize,
+    bytes: f64,
+    shape: &Shape,
+    caps: &BackendCaps,
+) -> Option<f64> {
+    let n = shape.nranks.max(1);
+    let nnodes = shape.nnodes.max(1);
+    let (lat_f, bw_f) = protocol_factors(proto);
+    let bus = positive(path_bandwidth(shape, caps) * nchannels.max(1) as f64 * bw_f);
+    let (latency, alg_bw) = match (kind, algo) {
+        (CollKind::AllReduce, Algorithm::Ring) => {
+            let steps = 2 * (n - 1);
+            let inter = 2 * (nnodes - 1);
+            let lat = hops(steps - inter, inter, caps);
+            (lat, bus * n as f64 / steps.max(1) as f64)
+        }
+        (CollKind::AllReduce, Algorithm::Tree) => {
+            // Up the chain and node tree, then down again.
+            let intra = shape.ppn.max(1) - 1;
+            let inter = log2_ceil(nnodes);
+            let lat = 2.0 * hops(intra, inter, caps);
+            (lat, bus * 0.5 * TREE_EFFICIENCY)
+        }
+        (CollKind::AllReduce, Algorithm::Direct) => {
+            if nnodes > 1 {
+                return None;
+            }
+            // Two phases of n-1 pairwise rounds; rounds do not wait on a
+            // chain of hops, so each costs about half a pipelined hop. A
+            // round's send and receive are serialized on a channel.
+            let lat = hops(n - 1, 0, caps);
+            (lat, 0.5 * bus * n as f64 / (2 * (n - 1)).max(1) as f64)
+        }
+        (CollKind::AllGather | CollKind::ReduceScatter, Algorithm::Ring) => {
+            let steps = n - 1;
+            let inter = nnodes - 1;
+            let lat = hops(steps - inter, inter, caps);
+            (lat, bus * n as f64 / steps.max(1) as f64)
+        }
+        (CollKind::Broadcast | CollKind::Reduce, Algorithm::Ring) => {
+            let steps = n - 1;
+            let inter = nnodes - 1;
+            (hops(steps - inter, inter, caps), bus)
+        }
+        (CollKind::AllToAll | CollKind::Gather | CollKind::Scatter, Algorithm::Direct) => {
+            let inter = if nnodes > 1 { 1 } else { 0 };
+            let lat = hops(1 - inter, inter, caps) * (n - 1) as f64;
+            (lat, bus)
+        }
+        _ => return None,
+    };
+    Some(caps.launch_us.max(0.0) + latency * lat_f + bytes / (1000.0 * positive(alg_bw)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps() -> BackendCaps {
+        BackendCaps {
+            protocols: vec![Protocol::Simple, Protocol::LL],
+            max_channels: 4,
+            slot_bytes: 1 << 16,
+            fifo_slots: 8,
+            intra: LinkCost {
+                latency_us: 1.0,
+                bandwidth_gbs: 10.0,
+            },
+            inter: LinkCost {
+                latency_us: 10.0,
+                bandwidth_gbs: 5.0,
+            },
+            launch_us: 5.0,
+            direct: false,
+        }
+    }
+
+    #[test]
+    fn model_orders_as_expected() {
+        let c = caps();
+        let multi = Shape {
+            nranks: 64,
+            nnodes: 16,
+            ppn: 4,
+        };
+        let est = |a, p, bytes| estimate_us(CollKind::AllReduce, a, p, 1, bytes, &multi, &c);
+        // Tree wins small multi-node messages (log latency), ring large ones.
+        assert!(
+            est(Algorithm::Tree, Protocol::Simple, 8.0)
+                < est(Algorithm::Ring, Protocol::Simple, 8.0)
+        );
+        assert!(
+            est(Algorithm::Ring, Protocol::Simple, 1e9)
+                < est(Algorithm::Tree, Protocol::Simple, 1e9)
+        );
+        // LL wins small, Simple large.
+        assert!(
+            est(Algorithm::Ring, Protocol::LL, 8.0) < est(Algorithm::Ring, Protocol::Simple, 8.0)
+        );
+        assert!(
+            est(Algorithm::Ring, Protocol::Simple, 1e9) < est(Algorithm::Ring, Protocol::LL, 1e9)
+        );
+        assert_eq!(
+            estimate_us(
+                CollKind::Broadcast,
+                Algorithm::Tree,
+                Protocol::Simple,
+                1,
+                8.0,
+                &multi,
+                &c
+            ),
+            None
+        );
+        assert_eq!(est(Algorithm::Direct, Protocol::Simple, 8.0), None);
+    }
+}

@@ -1,0 +1,430 @@
+//! [`Tuner`]: picks algorithm, protocol, channel count and chunk size per
+//! call from the cost model, the backend's capabilities and the
+//! `GPUCOLL_ALGO` / `GPUCOLL_PROTO` / `GPUCOLL_NCHANNELS` overrides.
+
+use super::model::{self, Shape};
+use super::{Algorithm, Choice, Protocol};
+use crate::backend::BackendCaps;
+use crate::coll::task::{CollKind, Task};
+use crate::config::Config;
+use crate::topo::Topology;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Warn-once bits.
+const WARN_DIRECT_UNAVAILABLE: u32 = 1 << 0;
+const WARN_PROTO: u32 = 1 << 1;
+/// One bit per collective kind (index in `CollKind::ALL`) for ignored
+/// algorithm overrides.
+const WARN_ALGO_SHIFT: u32 = 8;
+
+/// Picks a [`Choice`] per call. Reads only the topology, the (agreed) backend
+/// capabilities, the configuration and the task, so every rank computes the
+/// same choice without communicating.
+#[derive(Debug)]
+pub struct Tuner {
+    shape: Shape,
+    caps: BackendCaps,
+    config: Config,
+    /// Largest chunk: half a connector FIFO (double buffering, as NCCL's
+    /// CHUNKSTEPS), a multiple of 64 bytes, at least one slot.
+    chunk_bytes: u64,
+    /// Bytes a channel must carry before another channel is worth its fixed
+    /// cost.
+    min_channel_bytes: u64,
+    /// Warnings already emitted (each misconfiguration is reported once).
+    warned: AtomicU32,
+}
+
+impl Clone for Tuner {
+    fn clone(&self) -> Tuner {
+        Tuner {
+            shape: self.shape,
+            caps: self.caps.clone(),
+            config: self.config.clone(),
+            chunk_bytes: self.chunk_bytes,
+            min_channel_bytes: self.min_channel_bytes,
+            warned: AtomicU32::new(self.warned.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+/// Half the FIFO of `caps`, rounded down to 64 bytes, but at least one slot.
+pub fn max_chunk_bytes(caps: &BackendCaps) -> u64 {
+    let slot = caps.slot_bytes.max(1);
+    let half = slot.saturating_mul(caps.fifo_slots) / 2 / 64 * 64;
+    half.max(slot)
+}
+
+impl Tuner {
+    pub fn new(topo: &Topology, caps: &BackendCaps, config: &Config) -> Tuner {
+        let shape = Shape {
+            nranks: topo.nranks,
+            nnodes: topo.nnodes(),
+            ppn: topo.nodes.iter().map(|v| v.len()).max().unwrap_or(1),
+        };
+        let chunk_bytes = max_chunk_bytes(caps);
+        // A channel pays one step latency plus its share of the launch; it is
+        // worth adding once it carries at least that many bytes' worth of
+        // transfer time, and never less than one full chunk.
+        let bw = model::path_bandwidth(&shape, caps).max(0.0);
+        let lat =
+            caps.intra.latency_us.max(caps.inter.latency_us).max(0.0) + caps.launch_us.max(0.0);
+        let break_even = (lat * bw * 1000.0).min(1e15) as u64;
+        let min_channel_bytes = chunk_bytes.max(break_even).max(1);
+        Tuner {
+            shape,
+            caps: caps.clone(),
+            config: config.clone(),
+            chunk_bytes,
+            min_channel_bytes,
+            warned: AtomicU32::new(0),
+        }
+    }
+
+    /// Report `msg` at warn level the first time `bit` is raised.
+    fn warn_once(&self, bit: u32, msg: std::fmt::Arguments<'_>) {
+        if self.warned.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+            tracing::warn!("{msg}");
+        }
+    }
+
+    /// Algorithms able to run `kind` here (before overrides), in preference
+    /// order for ties.
+    fn candidates(&self, kind: CollKind) -> Vec<Algorithm> {
+        match kind {
+            CollKind::AllReduce => {
+                let mut v = vec![Algorithm::Ring];
+                if self.shape.nnodes > 1 {
+                    v.push(Algorithm::Tree);
+                }
+                if self.direct_available() {
+                    v.push(Algorithm::Direct);
+                }
+                v
+            }
+            CollKind::Reduce
+            | CollKind::Broadcast
+            | CollKind::AllGather
+            | CollKind::ReduceScatter => vec![Algorithm::Ring],
+            CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => vec![Algorithm::Direct],
+        }
+    }
+
+    fn direct_available(&self) -> bool {
+        self.caps.direct && self.shape.nnodes == 1 && self.shape.nranks > 1
+    }
+
+    /// The algorithms to consider after `GPUCOLL_ALGO`.
+    fn algorithms(&self, kind: CollKind) -> Vec<Algorithm> {
+        let defaults = self.candidates(kind);
+        let Some(forced) = self.config.algo else {
+            return defaults;
+        };
+        let valid = match (kind, forced) {
+            (CollKind::AllReduce, Algorithm::Ring | Algorithm::Tree) => true,
+            (CollKind::AllReduce, Algorithm::Direct) => {
+                if self.direct_available() {
+                    true
+                } else {
+                    self.warn_once(
+                        WARN_DIRECT_UNAVAILABLE,
+                        format_args!(
+                            "GPUCOLL_ALGO=direct: no direct path here (backend direct={}, {} nodes); using ring for all_reduce",
+                            self.caps.direct, self.shape.nnodes
+                        ),
+                    );
+                    return vec![Algorithm::Ring];
+                }
+            }
+            _ => defaults.contains(&forced),
+        };
+        if valid {
+            vec![forced]
+        } else {
+            let idx = CollKind::ALL.iter().position(|k| *k == kind).unwrap_or(0) as u32;
+            self.warn_once(
+                1 << (WARN_ALGO_SHIFT + idx),
+                format_args!(
+                    "GPUCOLL_ALGO={forced} does not apply to {}; ignored for it",
+                    kind.name()
+                ),
+            );
+            defaults
+        }
+    }
+
+    /// The protocols to consider after `GPUCOLL_PROTO`.
+    fn protocols(&self) -> Vec<Protocol> {
+        let mut avail: Vec<Protocol> = Protocol::ALL
+            .into_iter()
+            .filter(|p| self.caps.protocols.contains(p))
+            .collect();
+        if avail.is_empty() {
+            avail.push(Protocol::Simple);
+        }
+        match self.config.proto {
+            Some(p) if avail.contains(&p) => vec![p],
+            Some(p) => {
+                self.warn_once(
+                    WARN_PROTO,
+                    format_args!("GPUCOLL_PROTO={p} is not implemented by this backend; ignored"),
+                );
+                avail
+            }
+            None => avail,
+        }
+    }
+
+    /// Channels for a call moving `bytes`.
+    fn channels(&self, bytes: u64) -> usize {
+        let max = self.caps.max_channels.max(1);
+        match self.config.nchannels {
+            Some(n) => n.clamp(1, max),
+            None => {
+                let n = bytes / self.min_channel_bytes;
+                (n.min(max as u64) as usize).max(1)
+            }
+        }
+    }
+
+    /// Decide how to run `task`.
+    pub fn choose(&self, task: &Task) -> Choice {
+        let bytes = task_bytes(task, self.shape.nranks);
+        let nchannels = self.channels(bytes);
+        let mut best: Option<(f64, Algorithm, Protocol)> = None;
+        let algos = self.algorithms(task.kind);
+        let protos = self.protocols();
+        for &a in &algos {
+            for &p in &protos {
+                let t = model::estimate_us(
+                    task.kind,
+                    a,
+                    p,
+                    nchannels,
+                    bytes as f64,
+                    &self.shape,
+                    &self.caps,
+                )
+                .unwrap_or(f64::INFINITY);
+                if best.map_or(true, |(bt, _, _)| t < bt) {
+                    best = Some((t, a, p));
+                }
+            }
+        }
+        let (time, algorithm, protocol) = best.unwrap_or((f64::INFINITY, algos[0], protos[0]));
+        let choice = Choice {
+            algorithm,
+            protocol,
+            nchannels,
+            chunk_bytes: self.chunk_bytes,
+        };
+        tracing::debug!(
+            coll = task.kind.name(),
+            count = task.count,
+            bytes,
+            algo = %choice.algorithm,
+            proto = %choice.protocol,
+            nchannels = choice.nchannels,
+            chunk_bytes = choice.chunk_bytes,
+            est_us = time,
+            "tuner choice"
+        );
+        choice
+    }
+}
+
+/// [`Task::bytes`] without overflow (saturating for absurd counts).
+fn task_bytes(task: &Task, nranks: usize) -> u64 {
+    let per = task.count.saturating_mul(task.dtype.size() as u64);
+    match task.kind {
+        CollKind::AllGather
+        | CollKind::ReduceScatter
+        | CollKind::AllToAll
+        | CollKind::Gather
+        | CollKind::Scatter => per.saturating_mul(nranks as u64),
+        _ => per,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::LinkCost;
+    use crate::datatype::Datatype;
+    use crate::op::ReduceOp;
+
+    fn caps(direct: bool) -> BackendCaps {
+        BackendCaps {
+            protocols: vec![Protocol::Simple, Protocol::LL],
+            max_channels: 8,
+            slot_bytes: 1 << 16,
+            fifo_slots: 8,
+            intra: LinkCost {
+                latency_us: 1.0,
+                bandwidth_gbs: 8.0,
+            },
+            inter: LinkCost {
+                latency_us: 10.0,
+                bandwidth_gbs: 4.0,
+            },
+            launch_us: 4.0,
+            direct,
+        }
+    }
+
+    fn task(kind: CollKind, count: u64) -> Task {
+        Task {
+            kind,
+            dtype: Datatype::F32,
+            op: ReduceOp::Sum,
+            count,
+            root: 0,
+            in_place: false,
+        }
+    }
+
+    fn multi_node() -> Topology {
+        Topology::from_node_keys(0, &[0, 0, 1, 1, 2, 2, 3, 3])
+    }
+
+    #[test]
+    fn deterministic_and_valid() {
+        let sizes = [0u64, 1, 7, 1000, 1 << 16, 1 << 20, 1 << 26, u64::MAX / 2];
+        for topo in [
+            Topology::single_node(0, 4),
+            multi_node(),
+            Topology::single_node(0, 1),
+        ] {
+            for direct in [false, true] {
+                let c = caps(direct);
+                let a = Tuner::new(&topo, &c, &Config::default());
+                let b = Tuner::new(&topo.as_rank(topo.nranks - 1), &c, &Config::default());
+                for kind in CollKind::ALL {
+                    for &n in &sizes {
+                        let t = task(kind, n);
+                        let ch = a.choose(&t);
+                        assert_eq!(ch, b.choose(&t));
+                        assert_eq!(ch, a.choose(&t));
+                        assert!(ch.nchannels >= 1 && ch.nchannels <= c.max_channels);
+                        assert!(ch.chunk_bytes <= c.slot_bytes * c.fifo_slots / 2);
+                        assert!(ch.chunk_bytes >= c.slot_bytes);
+                        assert_eq!(ch.chunk_bytes % 64, 0);
+                        assert!(c.protocols.contains(&ch.protocol));
+                        match kind {
+                            CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => {
+                                assert_eq!(ch.algorithm, Algorithm::Direct)
+                            }
+                            CollKind::AllReduce => {
+                                if ch.algorithm == Algorithm::Tree {
+                                    assert!(topo.nnodes() > 1);
+                                }
+                                if ch.algorithm == Algorithm::Direct {
+                                    assert!(direct && topo.nnodes() == 1);
+                                }
+                            }
+                            _ => assert_eq!(ch.algorithm, Algorithm::Ring),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn small_messages_one_channel_large_many() {
+        let t = Tuner::new(
+            &Topology::single_node(0, 4),
+            &caps(false),
+            &Config::default(),
+        );
+        assert_eq!(t.choose(&task(CollKind::AllReduce, 1)).nchannels, 1);
+        assert_eq!(t.choose(&task(CollKind::AllReduce, 1000)).nchannels, 1);
+        assert_eq!(t.choose(&task(CollKind::AllReduce, 1 << 28)).nchannels, 8);
+        // Small all_reduce across nodes prefers the tree, large the ring.
+        let m = Tuner::new(&multi_node(), &caps(false), &Config::default());
+        assert_eq!(
+            m.choose(&task(CollKind::AllReduce, 2)).algorithm,
+            Algorithm::Tree
+        );
+        assert_eq!(
+            m.choose(&task(CollKind::AllReduce, 1 << 28)).algorithm,
+            Algorithm::Ring
+        );
+        assert_eq!(
+            m.choose(&task(CollKind::AllReduce, 2)).protocol,
+            Protocol::LL
+        );
+        assert_eq!(
+            m.choose(&task(CollKind::AllReduce, 1 << 28)).protocol,
+            Protocol::Simple
+        );
+    }
+
+    #[test]
+    fn overrides_honoured_or_ignored() {
+        let topo = Topology::single_node(0, 4);
+        let cfg = Config {
+            algo: Some(Algorithm::Tree),
+            proto: Some(Protocol::LL),
+            nchannels: Some(3),
+            ..Config::default()
+        };
+        let t = Tuner::new(&topo, &caps(false), &cfg);
+        let c = t.choose(&task(CollKind::AllReduce, 1 << 26));
+        assert_eq!(
+            (c.algorithm, c.protocol, c.nchannels),
+            (Algorithm::Tree, Protocol::LL, 3)
+        );
+        // Tree does not apply to all_gather: ignored.
+        assert_eq!(
+            t.choose(&task(CollKind::AllGather, 10)).algorithm,
+            Algorithm::Ring
+        );
+        // Unavailable protocol and too many channels.
+        let cfg = Config {
+            algo: Some(Algorithm::Direct),
+            proto: Some(Protocol::LL128),
+            nchannels: Some(1000),
+            ..Config::default()
+        };
+        let t = Tuner::new(&topo, &caps(false), &cfg);
+        let c = t.choose(&task(CollKind::AllReduce, 1 << 26));
+        assert_eq!(
+            c.algorithm,
+            Algorithm::Ring,
+            "direct unavailable on host caps"
+        );
+        assert_ne!(c.protocol, Protocol::LL128);
+        assert_eq!(c.nchannels, 8);
+        assert_eq!(
+            t.choose(&task(CollKind::Gather, 10)).algorithm,
+            Algorithm::Direct
+        );
+        // Direct available.
+        let t = Tuner::new(&topo, &caps(true), &cfg);
+        assert_eq!(
+            t.choose(&task(CollKind::AllReduce, 10)).algorithm,
+            Algorithm::Direct
+        );
+        // Forced direct for a ring-only collective: ignored.
+        assert_eq!(
+            t.choose(&task(CollKind::Broadcast, 10)).algorithm,
+            Algorithm::Ring
+        );
+    }
+
+    #[test]
+    fn chunk_is_half_fifo_or_one_slot() {
+        let mut c = caps(false);
+        c.slot_bytes = 4096;
+        c.fifo_slots = 2;
+        assert_eq!(max_chunk_bytes(&c), 4096);
+        c.fifo_slots = 1;
+        assert_eq!(max_chunk_bytes(&c), 4096);
+        c.fifo_slots = 5;
+        assert_eq!(max_chunk_bytes(&c), 10240);
+        c.slot_bytes = 100;
+        c.fifo_slots = 3;
+        assert_eq!(max_chunk_bytes(&c), 128);
+    }
+}
