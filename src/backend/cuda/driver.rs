@@ -1,0 +1,430 @@
+//! The only place that calls `cudarc::driver::sys`: thin, `Result`-returning
+//! wrappers over the CUDA driver API. Everything above works with these.
+//!
+//! Every entry point first checks [`available`], which dlopens libcuda once
+//! (cudarc's loader panics when the library is missing, so nothing here may
+//! touch `sys` before that check succeeded).
+
+use crate::error::{Error, Result};
+use cudarc::driver::sys;
+use std::ffi::c_void;
+use std::sync::OnceLock;
+
+pub(crate) use sys::{CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream};
+
+/// Bytes of a CUDA IPC memory handle.
+pub(crate) const IPC_HANDLE_BYTES: usize = 64;
+
+/// Name of a CUDA error code (`CUDA_ERROR_...`).
+fn error_name(r: sys::CUresult) -> String {
+    let mut p: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: cuGetErrorName writes a pointer to a static string or leaves it null.
+    let rc = unsafe { sys::cuGetErrorName(r, &mut p) };
+    if rc == sys::CUresult::CUDA_SUCCESS && !p.is_null() {
+        // SAFETY: the driver returned a NUL-terminated static string.
+        unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned()
+    } else {
+        format!("{r:?}")
+    }
+}
+
+/// Turn a driver status into a `Result` naming the call.
+fn check(r: sys::CUresult, call: &str) -> Result<()> {
+    if r == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Backend(format!("{call} failed: {}", error_name(r))))
+    }
+}
+
+/// Whether the CUDA driver library loads and initializes (cached).
+pub fn available() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| {
+        // SAFETY: only tries to dlopen the library; no symbol is used.
+        if !unsafe { sys::is_culib_present() } {
+            return false;
+        }
+        // SAFETY: cuInit takes flags 0 and may be called any number of times.
+        unsafe { sys::cuInit(0) } == sys::CUresult::CUDA_SUCCESS
+    })
+}
+
+fn ensure() -> Result<()> {
+    if available() {
+        Ok(())
+    } else {
+        Err(Error::Backend(
+            "the CUDA driver (libcuda.so) is not available or has no usable GPU".into(),
+        ))
+    }
+}
+
+pub(crate) fn device_count() -> Result<usize> {
+    ensure()?;
+    let mut n = 0;
+    // SAFETY: writes one int.
+    check(unsafe { sys::cuDeviceGetCount(&mut n) }, "cuDeviceGetCount")?;
+    Ok(n.max(0) as usize)
+}
+
+pub(crate) fn device_get(ordinal: i32) -> Result<CUdevice> {
+    ensure()?;
+    let mut d = 0;
+    // SAFETY: writes one CUdevice.
+    check(unsafe { sys::cuDeviceGet(&mut d, ordinal) }, "cuDeviceGet")?;
+    Ok(d)
+}
+
+pub(crate) fn device_pci_bus_id(dev: CUdevice) -> Result<String> {
+    let mut buf = [0 as std::ffi::c_char; 64];
+    // SAFETY: the buffer holds 64 bytes, as stated.
+    check(
+        unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, dev) },
+        "cuDeviceGetPCIBusId",
+    )?;
+    // SAFETY: the driver NUL-terminates within the stated length.
+    Ok(unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned())
+}
+
+pub(crate) fn primary_ctx_retain(dev: CUdevice) -> Result<CUcontext> {
+    ensure()?;
+    let mut c = std::ptr::null_mut();
+    // SAFETY: writes one context handle.
+    check(unsafe { sys::cuDevicePrimaryCtxRetain(&mut c, dev) }, "cuDevicePrimaryCtxRetain")?;
+    Ok(c)
+}
+
+pub(crate) fn primary_ctx_release(dev: CUdevice) {
+    // SAFETY: pairs with one successful retain.
+    let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(dev) };
+}
+
+pub(crate) fn ctx_set_current(ctx: CUcontext) -> Result<()> {
+    // SAFETY: ctx is a live (retained) context.
+    check(unsafe { sys::cuCtxSetCurrent(ctx) }, "cuCtxSetCurrent")
+}
+
+pub(crate) fn can_access_peer(dev: CUdevice, peer: CUdevice) -> Result<bool> {
+    let mut v = 0;
+    // SAFETY: writes one int.
+    check(unsafe { sys::cuDeviceCanAccessPeer(&mut v, dev, peer) }, "cuDeviceCanAccessPeer")?;
+    Ok(v != 0)
+}
+
+/// Enable access from the current context to `peer`'s memory (idempotent).
+pub(crate) fn ctx_enable_peer_access(peer: CUcontext) -> Result<()> {
+    // SAFETY: peer is a live context; flags must be 0.
+    let r = unsafe { sys::cuCtxEnablePeerAccess(peer, 0) };
+    if r == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+        return Ok(());
+    }
+    check(r, "cuCtxEnablePeerAccess")
+}
+
+pub(crate) fn mem_alloc(bytes: usize) -> Result<CUdeviceptr> {
+    ensure()?;
+    let mut p = 0;
+    // SAFETY: writes one device pointer; the current context is set by the caller.
+    check(unsafe { sys::cuMemAlloc_v2(&mut p, bytes.max(1)) }, "cuMemAlloc")?;
+    Ok(p)
+}
+
+pub(crate) fn mem_free(p: CUdeviceptr) {
+    // SAFETY: p came from mem_alloc and is freed once.
+    let _ = unsafe { sys::cuMemFree_v2(p) };
+}
+
+/// # Safety
+/// `src` must be readable for `bytes`; `dst` a device range of `bytes`.
+pub(crate) unsafe fn memcpy_htod(dst: CUdeviceptr, src: *const u8, bytes: usize) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    // SAFETY: per the contract.
+    check(unsafe { sys::cuMemcpyHtoD_v2(dst, src as *const c_void, bytes) }, "cuMemcpyHtoD")
+}
+
+/// # Safety
+/// `dst` must be writable for `bytes`; `src` a device range of `bytes`.
+pub(crate) unsafe fn memcpy_dtoh(dst: *mut u8, src: CUdeviceptr, bytes: usize) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    // SAFETY: per the contract.
+    check(unsafe { sys::cuMemcpyDtoH_v2(dst as *mut c_void, src, bytes) }, "cuMemcpyDtoH")
+}
+
+/// # Safety
+/// As [`memcpy_htod`], and `src` must stay valid until the copy ran on `stream`.
+pub(crate) unsafe fn memcpy_htod_async(
+    dst: CUdeviceptr,
+    src: *const u8,
+    bytes: usize,
+    stream: CUstream,
+) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    // SAFETY: per the contract.
+    check(
+        unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src as *const c_void, bytes, stream) },
+        "cuMemcpyHtoDAsync",
+    )
+}
+
+/// # Safety
+/// Both ranges are device memory of at least `bytes`.
+pub(crate) unsafe fn memcpy_dtod_async(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    bytes: usize,
+    stream: CUstream,
+) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    // SAFETY: per the contract.
+    check(unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, stream) }, "cuMemcpyDtoDAsync")
+}
+
+/// # Safety
+/// `dst` is a device range of `bytes`.
+pub(crate) unsafe fn memset_d8(dst: CUdeviceptr, value: u8, bytes: usize) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    // SAFETY: per the contract.
+    check(unsafe { sys::cuMemsetD8_v2(dst, value, bytes) }, "cuMemsetD8")
+}
+
+pub(crate) fn ipc_get_handle(p: CUdeviceptr) -> Result<[u8; IPC_HANDLE_BYTES]> {
+    let mut h = sys::CUipcMemHandle {
+        reserved: [0; IPC_HANDLE_BYTES],
+    };
+    // SAFETY: writes one handle; p is the base of a cuMemAlloc block.
+    check(unsafe { sys::cuIpcGetMemHandle(&mut h, p) }, "cuIpcGetMemHandle")?;
+    Ok(h.reserved.map(|c| c as u8))
+}
+
+pub(crate) fn ipc_open(handle: &[u8; IPC_HANDLE_BYTES]) -> Result<CUdeviceptr> {
+    let h = sys::CUipcMemHandle {
+        reserved: handle.map(|b| b as std::ffi::c_char),
+    };
+    let mut p = 0;
+    // SAFETY: writes one device pointer; the handle came from cuIpcGetMemHandle.
+    check(
+        unsafe {
+            sys::cuIpcOpenMemHandle_v2(
+                &mut p,
+                h,
+                sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
+            )
+        },
+        "cuIpcOpenMemHandle",
+    )?;
+    Ok(p)
+}
+
+pub(crate) fn ipc_close(p: CUdeviceptr) {
+    // SAFETY: p came from ipc_open and is closed once.
+    let _ = unsafe { sys::cuIpcCloseMemHandle(p) };
+}
+
+/// `(memory type, device ordinal)` of an address, or None if the driver
+/// does not know it (ordinary host memory).
+pub(crate) fn pointer_info(addr: u64) -> Result<Option<(u32, i32)>> {
+    ensure()?;
+    let mut mt: u32 = 0;
+    // SAFETY: MEMORY_TYPE writes one unsigned int.
+    let r = unsafe {
+        sys::cuPointerGetAttribute(
+            &mut mt as *mut u32 as *mut c_void,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            addr,
+        )
+    };
+    if r == sys::CUresult::CUDA_ERROR_INVALID_VALUE {
+        return Ok(None);
+    }
+    check(r, "cuPointerGetAttribute(MEMORY_TYPE)")?;
+    let mut ord: i32 = -1;
+    // SAFETY: DEVICE_ORDINAL writes one int.
+    let r = unsafe {
+        sys::cuPointerGetAttribute(
+            &mut ord as *mut i32 as *mut c_void,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            addr,
+        )
+    };
+    check(r, "cuPointerGetAttribute(DEVICE_ORDINAL)")?;
+    Ok(Some((mt, ord)))
+}
+
+/// `CU_MEMORYTYPE_DEVICE`.
+pub(crate) const MEMORYTYPE_DEVICE: u32 = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32;
+
+/// Pinned, device-mapped, portable host memory.
+pub(crate) fn host_alloc_mapped(bytes: usize) -> Result<*mut u8> {
+    ensure()?;
+    let mut p = std::ptr::null_mut();
+    // SAFETY: writes one pointer.
+    check(
+        unsafe {
+            sys::cuMemHostAlloc(
+                &mut p,
+                bytes.max(1),
+                sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
+            )
+        },
+        "cuMemHostAlloc",
+    )?;
+    Ok(p as *mut u8)
+}
+
+pub(crate) fn host_free(p: *mut u8) {
+    // SAFETY: p came from host_alloc_mapped and is freed once.
+    let _ = unsafe { sys::cuMemFreeHost(p as *mut c_void) };
+}
+
+/// # Safety
+/// `p` must be a page-aligned mapping of `bytes` that outlives the registration.
+pub(crate) unsafe fn host_register(p: *mut u8, bytes: usize) -> Result<()> {
+    // SAFETY: per the contract.
+    check(
+        unsafe {
+            sys::cuMemHostRegister_v2(
+                p as *mut c_void,
+                bytes,
+                sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_PORTABLE,
+            )
+        },
+        "cuMemHostRegister",
+    )
+}
+
+pub(crate) fn host_unregister(p: *mut u8) {
+    // SAFETY: p was registered by host_register.
+    let _ = unsafe { sys::cuMemHostUnregister(p as *mut c_void) };
+}
+
+pub(crate) fn host_device_pointer(p: *mut u8) -> Result<CUdeviceptr> {
+    let mut d = 0;
+    // SAFETY: p is pinned/registered with DEVICEMAP; writes one pointer.
+    check(
+        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut d, p as *mut c_void, 0) },
+        "cuMemHostGetDevicePointer",
+    )?;
+    Ok(d)
+}
+
+pub(crate) fn module_load(image: &[u8]) -> Result<CUmodule> {
+    let mut m = std::ptr::null_mut();
+    // SAFETY: image is a complete fatbin embedded in the binary.
+    check(
+        unsafe { sys::cuModuleLoadData(&mut m, image.as_ptr() as *const c_void) },
+        "cuModuleLoadData",
+    )?;
+    Ok(m)
+}
+
+pub(crate) fn module_unload(m: CUmodule) {
+    // SAFETY: m came from module_load and is unloaded once.
+    let _ = unsafe { sys::cuModuleUnload(m) };
+}
+
+pub(crate) fn module_function(m: CUmodule, name: &std::ffi::CStr) -> Result<CUfunction> {
+    let mut f = std::ptr::null_mut();
+    // SAFETY: m is a loaded module; name is NUL-terminated.
+    check(
+        unsafe { sys::cuModuleGetFunction(&mut f, m, name.as_ptr()) },
+        "cuModuleGetFunction",
+    )?;
+    Ok(f)
+}
+
+/// # Safety
+/// `params` must match the kernel's signature; everything it references must
+/// stay valid until the kernel finished.
+pub(crate) unsafe fn launch(
+    f: CUfunction,
+    grid: u32,
+    block: u32,
+    stream: CUstream,
+    params: &mut [*mut c_void],
+) -> Result<()> {
+    // SAFETY: per the contract.
+    check(
+        unsafe {
+            sys::cuLaunchKernel(
+                f,
+                grid,
+                1,
+                1,
+                block,
+                1,
+                1,
+                0,
+                stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        },
+        "cuLaunchKernel",
+    )
+}
+
+pub(crate) fn stream_create() -> Result<CUstream> {
+    let mut s = std::ptr::null_mut();
+    // SAFETY: writes one stream handle.
+    check(
+        unsafe { sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) },
+        "cuStreamCreate",
+    )?;
+    Ok(s)
+}
+
+pub(crate) fn stream_destroy(s: CUstream) {
+    // SAFETY: s came from stream_create and is destroyed once.
+    let _ = unsafe { sys::cuStreamDestroy_v2(s) };
+}
+
+pub(crate) fn stream_synchronize(s: CUstream) -> Result<()> {
+    // SAFETY: s is a live stream.
+    check(unsafe { sys::cuStreamSynchronize(s) }, "cuStreamSynchronize")
+}
+
+pub(crate) fn event_create() -> Result<CUevent> {
+    let mut e = std::ptr::null_mut();
+    // SAFETY: writes one event handle.
+    check(
+        unsafe { sys::cuEventCreate(&mut e, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) },
+        "cuEventCreate",
+    )?;
+    Ok(e)
+}
+
+pub(crate) fn event_record(e: CUevent, s: CUstream) -> Result<()> {
+    // SAFETY: both handles are live.
+    check(unsafe { sys::cuEventRecord(e, s) }, "cuEventRecord")
+}
+
+/// Whether the work before the event completed.
+pub(crate) fn event_query(e: CUevent) -> Result<bool> {
+    // SAFETY: e is a live event.
+    let r = unsafe { sys::cuEventQuery(e) };
+    if r == sys::CUresult::CUDA_ERROR_NOT_READY {
+        return Ok(false);
+    }
+    check(r, "cuEventQuery")?;
+    Ok(true)
+}
+
+pub(crate) fn event_destroy(e: CUevent) {
+    // SAFETY: e came from event_create and is destroyed once.
+    let _ = unsafe { sys::cuEventDestroy_v2(e) };
+}

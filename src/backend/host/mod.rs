@@ -1,0 +1,474 @@
+//! The host backend: executes plans on host memory.
+//!
+//! * Ranks on one node exchange through POSIX shared memory: every rank owns
+//!   a segment with the FIFOs it receives in ([`shm`], [`fifo`]).
+//! * Ranks on different (real or simulated) nodes exchange through MPI
+//!   point-to-point messages ([`net`]).
+//! * Plans are interpreted step by step ([`exec`]) with element-wise kernels
+//!   ([`reduce`]), on a per-communicator worker thread when MPI provides
+//!   `MPI_THREAD_MULTIPLE`, else inside `submit` ([`worker`]).
+//!
+//! Failures are shared: the first error of a launch marks the backend
+//! failed, and raises the abort flag in every local peer's segment so the
+//! whole node fails fast with `PeerFailed` instead of timing out.
+//!
+//! `GPUCOLL_HOST_CHANNEL_THREADS=0|1` (read at creation) forces the
+//! channels of a launch onto one thread (round-robin) or one thread per
+//! channel; by default channels get their own threads when the node has at
+//! least two cores per local rank.
+
+pub mod exec;
+pub mod fifo;
+pub mod net;
+pub mod reduce;
+pub mod shm;
+pub mod worker;
+
+use crate::backend::{Backend, BackendCaps, Launch, LinkCost, PendingWork};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::mpi::MpiComm;
+use crate::topo::Topology;
+use crate::tune::Protocol;
+use exec::Fabric;
+use fifo::{FifoConn, FIFO_SLOTS};
+use net::ChannelNet;
+use shm::{SegLayout, Segment};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use worker::{Pending, Worker};
+
+/// Most channels a plan may use on this backend.
+pub const MAX_CHANNELS: usize = 4;
+/// Default bytes per FIFO slot (`GPUCOLL_HOST_SLOT_BYTES` overrides).
+pub const DEFAULT_SLOT_BYTES: usize = 128 << 10;
+
+/// Measured roughly on a 2-core VM (memcpy-bound shared memory pipeline);
+/// the tuner only needs the order of magnitude.
+const INTRA: LinkCost = LinkCost {
+    latency_us: 2.0,
+    bandwidth_gbs: 6.0,
+};
+/// MPI point-to-point between nodes.
+const INTER: LinkCost = LinkCost {
+    latency_us: 10.0,
+    bandwidth_gbs: 3.0,
+};
+/// Queueing a launch to the worker and waking it.
+const LAUNCH_US: f64 = 5.0;
+
+/// State shared by the backend handle, its worker and channel threads.
+struct Inner {
+    rank: usize,
+    nranks: usize,
+    local_rank: usize,
+    /// Index within its node of every rank on this node, else None.
+    local_of: Vec<Option<usize>>,
+    layout: SegLayout,
+    timeout: Duration,
+    parallel: bool,
+    /// Segments of this node by local rank (ours included).
+    segs: Vec<Segment>,
+    /// MPI connectors per channel; dropped before `comm`.
+    net: Vec<Mutex<ChannelNet>>,
+    /// Private duplicate of the communicator for point-to-point traffic
+    /// (None on a single node).
+    comm: Option<MpiComm>,
+    aborted: AtomicBool,
+    failed_flag: AtomicBool,
+    failed: Mutex<Option<String>>,
+}
+
+impl Inner {
+    fn own(&self) -> &Segment {
+        &self.segs[self.local_rank]
+    }
+
+    /// The error every new submission gets once the backend failed.
+    fn state_error(&self) -> Option<Error> {
+        if !self.failed_flag.load(Ordering::Acquire) && !self.aborted.load(Ordering::Acquire) {
+            return None;
+        }
+        let reason = self
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_else(|| "aborted".into());
+        Some(Error::CommunicatorFailed(reason))
+    }
+
+    /// Store our reason and raise the abort flag in every local segment.
+    fn publish_abort(&self, reason: &str) {
+        self.own()
+            .write_reason(&format!("rank {}: {reason}", self.rank));
+        for s in &self.segs {
+            s.raise_abort(self.local_rank);
+        }
+    }
+
+    /// Mark failed (first reason wins) and tell local peers.
+    fn mark_failed(&self, reason: String) -> bool {
+        let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        if f.is_some() {
+            return false;
+        }
+        self.publish_abort(&reason);
+        *f = Some(reason);
+        self.failed_flag.store(true, Ordering::Release);
+        true
+    }
+
+    /// The reason local rank `who` published (it names its global rank).
+    fn peer_reason(&self, who: usize) -> String {
+        self.segs
+            .get(who)
+            .and_then(|s| s.reason())
+            .unwrap_or_else(|| format!("local rank {who} raised the abort flag without a reason"))
+    }
+
+    fn run_launch(&self, launch: &Launch) -> Result<()> {
+        if let Some(e) = self.state_error() {
+            return Err(e);
+        }
+        let result = exec::prepare(self, launch).and_then(|prep| {
+            tracing::debug!(
+                seq = launch.first_seq,
+                items = launch.items.len(),
+                channels = prep.channels().len(),
+                "host backend launch"
+            );
+            exec::execute(self, &prep, self.parallel)
+        });
+        if let Err(e) = &result {
+            self.fail(e);
+        }
+        result
+    }
+}
+
+impl Fabric for Inner {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn nranks(&self) -> usize {
+        self.nranks
+    }
+    fn channels(&self) -> usize {
+        self.layout.channels
+    }
+    fn slot_bytes(&self) -> usize {
+        self.layout.slot_bytes
+    }
+    fn fifo_slots(&self) -> usize {
+        self.layout.slots
+    }
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn shm_send(&self, channel: usize, peer: usize) -> Option<FifoConn<'_>> {
+        let l = (*self.local_of.get(peer)?)?;
+        let off = self.layout.connector_offset(channel, self.local_rank);
+        Some(self.segs[l].connector(off, &self.layout))
+    }
+
+    fn shm_recv(&self, channel: usize, peer: usize) -> Option<FifoConn<'_>> {
+        let l = (*self.local_of.get(peer)?)?;
+        let off = self.layout.connector_offset(channel, l);
+        Some(self.own().connector(off, &self.layout))
+    }
+
+    fn comm(&self) -> Option<&MpiComm> {
+        self.comm.as_ref()
+    }
+
+    fn net(&self, channel: usize) -> &Mutex<ChannelNet> {
+        &self.net[channel]
+    }
+
+    fn check_abort(&self) -> Result<()> {
+        if self.aborted.load(Ordering::Acquire) {
+            return Err(Error::Aborted);
+        }
+        if let Some(e) = self.state_error() {
+            return Err(e);
+        }
+        // A failing rank raises the flag in every local segment; checking
+        // the peers' own segments too covers one that died halfway through.
+        for s in &self.segs {
+            let w = s.abort_word();
+            if w != 0 && w - 1 != self.local_rank as u64 {
+                return Err(Error::PeerFailed(self.peer_reason((w - 1) as usize)));
+            }
+        }
+        Ok(())
+    }
+
+    fn fail(&self, err: &Error) {
+        if self.mark_failed(err.to_string()) {
+            tracing::warn!(rank = self.rank, "host backend failed: {err}");
+        }
+    }
+}
+
+/// The host backend of one communicator.
+pub struct HostBackend {
+    inner: Arc<Inner>,
+    caps: BackendCaps,
+    worker: Option<Worker>,
+}
+
+impl std::fmt::Debug for HostBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostBackend")
+            .field("rank", &self.inner.rank)
+            .field("layout", &self.inner.layout)
+            .field("threaded", &self.worker.is_some())
+            .finish()
+    }
+}
+
+/// A random u64 without extra dependencies: std's hasher keys are random
+/// per process; mixed with the time and pid for good measure.
+fn random_tag() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    if let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(d.as_nanos());
+    }
+    h.finish()
+}
+
+/// Whether every rank reports success; collective over `mpi`.
+fn agree(mpi: &MpiComm, ok: bool) -> Result<Vec<usize>> {
+    let all = mpi.allgather_bytes(&[ok as u8])?;
+    Ok(all
+        .iter()
+        .enumerate()
+        .filter(|(_, &b)| b == 0)
+        .map(|(r, _)| r)
+        .collect())
+}
+
+/// Turn the failed ranks of an `agree` round into this rank's result.
+fn agreed<T>(mine: Result<T>, failed: Vec<usize>, what: &str) -> Result<T> {
+    match mine {
+        Err(e) => Err(e),
+        Ok(_) if !failed.is_empty() => Err(Error::System {
+            call: "shm_open",
+            message: format!("ranks {failed:?} could not {what}"),
+        }),
+        Ok(v) => Ok(v),
+    }
+}
+
+fn channel_threads_env() -> Option<bool> {
+    match std::env::var("GPUCOLL_HOST_CHANNEL_THREADS").ok()?.trim() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+impl HostBackend {
+    /// Set up shared memory with the local ranks and MPI connectors to the
+    /// others. Collective over `mpi` (every rank must call it).
+    ///
+    /// `threaded`: MPI provides `MPI_THREAD_MULTIPLE`, so launches may run
+    /// on a worker thread; otherwise they run inside `submit`.
+    pub fn new(
+        mpi: Arc<MpiComm>,
+        topo: &Topology,
+        config: &Config,
+        threaded: bool,
+    ) -> Result<HostBackend> {
+        let removed = shm::cleanup_stale();
+        if removed > 0 {
+            tracing::info!("removed {removed} stale gpucoll shared memory segments");
+        }
+        let (rank, nranks) = (topo.rank, topo.nranks);
+        if mpi.rank() != rank || mpi.size() != nranks {
+            return Err(Error::Backend(format!(
+                "topology (rank {rank} of {nranks}) does not match the MPI communicator \
+                 (rank {} of {})",
+                mpi.rank(),
+                mpi.size()
+            )));
+        }
+        // Point-to-point traffic gets its own communicator so that its tags
+        // never meet anyone else's messages.
+        let comm = if topo.nnodes() > 1 {
+            Some(mpi.dup()?)
+        } else {
+            None
+        };
+
+        // Agree on the layout: every rank proposes, all take the minimum, so
+        // mismatched environments cannot produce mismatched FIFOs.
+        let max_local = topo.nodes.iter().map(Vec::len).max().unwrap_or(1);
+        let requested = config
+            .host_slot_bytes
+            .map_or(DEFAULT_SLOT_BYTES, |b| b.min(1 << 30) as usize);
+        let slot = shm::choose_slot_bytes(requested, FIFO_SLOTS, MAX_CHANNELS, max_local);
+        let pid = std::process::id();
+        let mine: Vec<u8> = [pid as u64, random_tag(), slot as u64, MAX_CHANNELS as u64]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let all = mpi.allgather_bytes(&mine)?;
+        let word = |r: usize, i: usize| {
+            let o = r * 32 + i * 8;
+            u64::from_le_bytes(all[o..o + 8].try_into().expect("8 bytes"))
+        };
+        if all.len() != 32 * nranks {
+            return Err(Error::Backend(
+                "host backend setup exchange was truncated".into(),
+            ));
+        }
+        let tag = word(0, 1);
+        let slot_bytes = (0..nranks).map(|r| word(r, 2)).min().unwrap_or(slot as u64) as usize;
+        let channels = (0..nranks).map(|r| word(r, 3)).min().unwrap_or(1) as usize;
+        let pids: Vec<u32> = (0..nranks).map(|r| word(r, 0) as u32).collect();
+
+        let node = &topo.nodes[topo.node()];
+        let local_rank = topo.local_rank();
+        let mut local_of = vec![None; nranks];
+        for (l, &r) in node.iter().enumerate() {
+            local_of[r] = Some(l);
+        }
+        let layout = SegLayout {
+            slots: FIFO_SLOTS,
+            slot_bytes,
+            channels: channels.max(1),
+            local_size: node.len(),
+        };
+
+        // Create ours; everyone checks everyone succeeded before mapping.
+        let own = Segment::create(&shm::segment_name(pid, tag, local_rank), &layout);
+        let failed = agree(&mpi, own.is_ok())?;
+        let mut own = agreed(own, failed, "create their shared memory segment")?;
+        let peers: Result<Vec<Option<Segment>>> = node
+            .iter()
+            .enumerate()
+            .map(|(l, &r)| {
+                if l == local_rank {
+                    Ok(None)
+                } else {
+                    Segment::open(&shm::segment_name(pids[r], tag, l), &layout).map(Some)
+                }
+            })
+            .collect();
+        let failed = agree(&mpi, peers.is_ok())?;
+        let peers = agreed(peers, failed, "map their peers' shared memory segments")?;
+        // Everyone has mapped ours: drop the name so a crash leaves nothing.
+        own.unlink()?;
+        let mut own = Some(own);
+        let segs: Vec<Segment> = peers
+            .into_iter()
+            .map(|s| s.or_else(|| own.take()).expect("own segment in its slot"))
+            .collect();
+
+        let parallel = threaded
+            && channel_threads_env().unwrap_or_else(|| {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                cores / node.len().max(1) >= 2
+            });
+        let inner = Arc::new(Inner {
+            rank,
+            nranks,
+            local_rank,
+            local_of,
+            layout,
+            timeout: config.timeout,
+            parallel,
+            segs,
+            net: (0..layout.channels).map(|_| Mutex::default()).collect(),
+            comm,
+            aborted: AtomicBool::new(false),
+            failed_flag: AtomicBool::new(false),
+            failed: Mutex::new(None),
+        });
+        let caps = BackendCaps {
+            protocols: vec![Protocol::Simple],
+            max_channels: layout.channels,
+            slot_bytes: slot_bytes as u64,
+            fifo_slots: FIFO_SLOTS as u64,
+            intra: INTRA,
+            inter: INTER,
+            launch_us: LAUNCH_US,
+            direct: false,
+        };
+        let worker = if threaded {
+            let w = inner.clone();
+            Some(Worker::spawn(format!("gpucoll-host-r{rank}"), move |l| {
+                w.run_launch(l)
+            })?)
+        } else {
+            None
+        };
+        tracing::info!(
+            rank,
+            segment_bytes = layout.total(),
+            slot_bytes,
+            channels = layout.channels,
+            local_size = layout.local_size,
+            nodes = topo.nnodes(),
+            threaded,
+            parallel_channels = parallel,
+            "host backend ready"
+        );
+        Ok(HostBackend {
+            inner,
+            caps,
+            worker,
+        })
+    }
+}
+
+impl Backend for HostBackend {
+    fn name(&self) -> &'static str {
+        "host"
+    }
+
+    fn caps(&self) -> &BackendCaps {
+        &self.caps
+    }
+
+    unsafe fn submit(&self, launch: Launch) -> Result<Box<dyn PendingWork>> {
+        if let Some(e) = self.inner.state_error() {
+            return Err(e);
+        }
+        let empty = launch.items.iter().all(|it| {
+            it.plan
+                .channels
+                .iter()
+                .all(|c| c.steps.iter().all(|s| s.count() == 0))
+        });
+        if empty {
+            return Ok(Box::new(Pending::ready(Ok(()))));
+        }
+        match &self.worker {
+            Some(w) => Ok(Box::new(w.submit(launch)?)),
+            None => Ok(Box::new(Pending::ready(self.inner.run_launch(&launch)))),
+        }
+    }
+
+    fn abort(&self, reason: &str) {
+        self.inner.aborted.store(true, Ordering::Release);
+        if self.inner.mark_failed(format!("aborted: {reason}")) {
+            tracing::warn!(rank = self.inner.rank, "host backend aborted: {reason}");
+        }
+    }
+}
+
+impl Drop for HostBackend {
+    fn drop(&mut self) {
+        // Finish (or fail) the queued launches before unmapping anything.
+        if let Some(mut w) = self.worker.take() {
+            w.stop();
+        }
+    }
+}
