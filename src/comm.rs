@@ -102,6 +102,11 @@ impl Communicator {
         create(runtime, mpi)
     }
 
+    /// The `GPUCOLL_*` settings this communicator runs with (agreed by all ranks).
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
     /// This process's rank.
     pub fn rank(&self) -> usize {
         self.inner.topo.rank

@@ -66,6 +66,29 @@ impl Engine {
     pub(crate) fn new(backend: Box<dyn Backend>, topo: Topology, config: Config) -> Engine {
         let tuner = Tuner::new(&topo, backend.caps(), &config);
         let graph = Graph::new(&topo);
+        let me = topo.rank;
+        let trees: Vec<String> = (0..2)
+            .map(|p| {
+                let l = graph.tree_links(p, me);
+                format!(
+                    "tree{p}: root {} depth {} parent {:?} children {:?}",
+                    graph.tree_root(p),
+                    graph.tree_depth(p),
+                    l.parent,
+                    l.children
+                )
+            })
+            .collect();
+        tracing::info!(
+            rank = me,
+            ring = ?graph.ring_order(),
+            ring_prev = graph.ring_prev(me),
+            ring_next = graph.ring_next(me),
+            trees = %trees.join("; "),
+            max_channels = backend.caps().max_channels,
+            slot_bytes = backend.caps().slot_bytes,
+            "graph"
+        );
         tracing::info!(
             backend = backend.name(),
             ranks = topo.nranks,
@@ -186,11 +209,7 @@ impl Engine {
             return Ok(());
         }
         let describe = |sig: &[u8]| describe_signature(sig);
-        let mut detail = format!(
-            "rank {} called {}",
-            self.topo.rank,
-            describe(&mine)
-        );
+        let mut detail = format!("rank {} called {}", self.topo.rank, describe(&mine));
         for r in differing.iter().take(4) {
             let sig = &all[r * SIGNATURE_BYTES..(r + 1) * SIGNATURE_BYTES];
             detail.push_str(&format!("; rank {r} called {}", describe(sig)));
@@ -269,8 +288,16 @@ fn signature(seq: u64, calls: &[Call]) -> Vec<u8> {
         for word in [
             kind_code(t.kind) as u64,
             t.dtype as u64,
-            if t.kind.reduces() { t.op.code() as u64 } else { 0 },
-            if t.kind.reduces() { t.op.scalar_bits() } else { 0 },
+            if t.kind.reduces() {
+                t.op.code() as u64
+            } else {
+                0
+            },
+            if t.kind.reduces() {
+                t.op.scalar_bits()
+            } else {
+                0
+            },
             t.in_place as u64,
             t.count,
             t.root as u64,
@@ -362,8 +389,14 @@ mod tests {
 
     #[test]
     fn group_digest_covers_later_calls() {
-        let a = signature(0, &[call(CollKind::AllReduce, 1), call(CollKind::AllGather, 2)]);
-        let b = signature(0, &[call(CollKind::AllReduce, 1), call(CollKind::AllGather, 3)]);
+        let a = signature(
+            0,
+            &[call(CollKind::AllReduce, 1), call(CollKind::AllGather, 2)],
+        );
+        let b = signature(
+            0,
+            &[call(CollKind::AllReduce, 1), call(CollKind::AllGather, 3)],
+        );
         assert_ne!(a, b);
         assert!(describe_signature(&a).contains("group of 2"));
     }

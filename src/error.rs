@@ -38,7 +38,9 @@ pub enum Error {
         actual: u64,
     },
     /// A buffer length that must be a multiple of the communicator size.
-    #[error("{buffer} buffer holds {len} elements, not a multiple of the communicator size {size}")]
+    #[error(
+        "{buffer} buffer holds {len} elements, not a multiple of the communicator size {size}"
+    )]
     NotDivisible {
         buffer: &'static str,
         len: u64,
@@ -119,12 +121,5 @@ impl Error {
                 | Error::System { .. }
                 | Error::Backend(_)
         )
-    }
-
-    pub(crate) fn system(call: &'static str) -> Error {
-        Error::System {
-            call,
-            message: std::io::Error::last_os_error().to_string(),
-        }
     }
 }
