@@ -423,6 +423,9 @@ fn drive<'f, F: Fabric>(fab: &'f F, runs: &mut [ChannelRun<'_, 'f>]) -> Result<(
             continue;
         }
         fab.check_abort()?;
+        for r in runs.iter_mut() {
+            r.net.progress()?;
+        }
         idle_polls = idle_polls.saturating_add(1);
         if idle_polls < SPIN_POLLS {
             std::hint::spin_loop();

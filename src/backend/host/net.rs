@@ -281,6 +281,16 @@ impl ChannelNet {
             .or_insert_with(|| NetRecv::new(peer, channel as i32, slots, slot_bytes))
     }
 
+    /// Drive MPI: test every send in flight. A rank blocked on shared
+    /// memory must keep calling MPI, or a large (rendezvous) send it posted
+    /// earlier never moves and the peer waiting for it never progresses.
+    pub(crate) fn progress(&mut self) -> Result<()> {
+        for s in self.sends.values_mut() {
+            s.poll()?;
+        }
+        Ok(())
+    }
+
     /// The first peer whose sends are still in flight, polling all.
     pub(crate) fn undrained(&mut self) -> Result<Option<usize>> {
         let mut first = None;
