@@ -201,7 +201,7 @@ impl Engine {
             })?;
         let mut differing = Vec::new();
         for (r, sig) in all.chunks_exact(SIGNATURE_BYTES).enumerate() {
-            if sig != mine.as_slice() {
+            if !same_call(sig, &mine) {
                 differing.push(r);
             }
         }
@@ -298,7 +298,6 @@ fn signature(seq: u64, calls: &[Call]) -> Vec<u8> {
             } else {
                 0
             },
-            t.in_place as u64,
             t.count,
             t.root as u64,
         ] {
@@ -309,6 +308,20 @@ fn signature(seq: u64, calls: &[Call]) -> Vec<u8> {
     s.resize(SIGNATURE_BYTES, 0);
     s
 }
+
+/// Whether two signatures describe the same call. Whether a rank works in
+/// place is its own business (MPI lets only the root of a rooted collective
+/// use `MPI_IN_PLACE`), so that byte is not compared.
+fn same_call(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .enumerate()
+            .all(|(i, (x, y))| i == IN_PLACE_BYTE || x == y)
+}
+
+/// Offset of the in-place flag in a signature.
+const IN_PLACE_BYTE: usize = 19;
 
 fn describe_signature(sig: &[u8]) -> String {
     let u64_at = |i: usize| {
@@ -330,7 +343,7 @@ fn describe_signature(sig: &[u8]) -> String {
         .get(sig[18] as usize)
         .map(|o| o.name())
         .unwrap_or("?");
-    let in_place = sig[19] != 0;
+    let in_place = sig[IN_PLACE_BYTE] != 0;
     let count = u64_at(24);
     let root = u64_at(32);
     if sig[20] == 0 {
@@ -385,6 +398,18 @@ mod tests {
         assert_eq!(a, signature(3, &[call(CollKind::AllReduce, 10)]));
         let d = describe_signature(&a);
         assert!(d.contains("all_reduce(count=10"), "{d}");
+    }
+
+    #[test]
+    fn in_place_is_not_compared() {
+        let a = call(CollKind::Reduce, 4);
+        let mut b = a;
+        b.task.in_place = true;
+        assert!(same_call(&signature(1, &[a]), &signature(1, &[b])));
+        assert!(!same_call(
+            &signature(1, &[a]),
+            &signature(1, &[call(CollKind::Reduce, 5)])
+        ));
     }
 
     #[test]
