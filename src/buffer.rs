@@ -128,7 +128,7 @@ mod tests {
 
     #[test]
     fn overlap_detection() {
-        let v = vec![0u32; 16];
+        let v = [0u32; 16];
         let a = v[0..8].raw();
         let b = v[7..16].raw();
         let c = v[8..16].raw();

@@ -48,7 +48,8 @@ pub fn available() -> bool {
             return false;
         }
         // SAFETY: cuInit takes flags 0 and may be called any number of times.
-        unsafe { sys::cuInit(0) } == sys::CUresult::CUDA_SUCCESS
+        let r = unsafe { sys::cuInit(0) };
+        r == sys::CUresult::CUDA_SUCCESS
     })
 }
 
@@ -95,13 +96,11 @@ pub(crate) fn primary_ctx_retain(dev: CUdevice) -> Result<CUcontext> {
     ensure()?;
     let mut c = std::ptr::null_mut();
     // SAFETY: writes one context handle.
-    check(unsafe { sys::cuDevicePrimaryCtxRetain(&mut c, dev) }, "cuDevicePrimaryCtxRetain")?;
+    check(
+        unsafe { sys::cuDevicePrimaryCtxRetain(&mut c, dev) },
+        "cuDevicePrimaryCtxRetain",
+    )?;
     Ok(c)
-}
-
-pub(crate) fn primary_ctx_release(dev: CUdevice) {
-    // SAFETY: pairs with one successful retain.
-    let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(dev) };
 }
 
 pub(crate) fn ctx_set_current(ctx: CUcontext) -> Result<()> {
@@ -112,25 +111,21 @@ pub(crate) fn ctx_set_current(ctx: CUcontext) -> Result<()> {
 pub(crate) fn can_access_peer(dev: CUdevice, peer: CUdevice) -> Result<bool> {
     let mut v = 0;
     // SAFETY: writes one int.
-    check(unsafe { sys::cuDeviceCanAccessPeer(&mut v, dev, peer) }, "cuDeviceCanAccessPeer")?;
+    check(
+        unsafe { sys::cuDeviceCanAccessPeer(&mut v, dev, peer) },
+        "cuDeviceCanAccessPeer",
+    )?;
     Ok(v != 0)
-}
-
-/// Enable access from the current context to `peer`'s memory (idempotent).
-pub(crate) fn ctx_enable_peer_access(peer: CUcontext) -> Result<()> {
-    // SAFETY: peer is a live context; flags must be 0.
-    let r = unsafe { sys::cuCtxEnablePeerAccess(peer, 0) };
-    if r == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
-        return Ok(());
-    }
-    check(r, "cuCtxEnablePeerAccess")
 }
 
 pub(crate) fn mem_alloc(bytes: usize) -> Result<CUdeviceptr> {
     ensure()?;
     let mut p = 0;
     // SAFETY: writes one device pointer; the current context is set by the caller.
-    check(unsafe { sys::cuMemAlloc_v2(&mut p, bytes.max(1)) }, "cuMemAlloc")?;
+    check(
+        unsafe { sys::cuMemAlloc_v2(&mut p, bytes.max(1)) },
+        "cuMemAlloc",
+    )?;
     Ok(p)
 }
 
@@ -146,7 +141,23 @@ pub(crate) unsafe fn memcpy_htod(dst: CUdeviceptr, src: *const u8, bytes: usize)
         return Ok(());
     }
     // SAFETY: per the contract.
-    check(unsafe { sys::cuMemcpyHtoD_v2(dst, src as *const c_void, bytes) }, "cuMemcpyHtoD")
+    check(
+        unsafe { sys::cuMemcpyHtoD_v2(dst, src as *const c_void, bytes) },
+        "cuMemcpyHtoD",
+    )?;
+    // From pageable memory the call may return before the DMA landed, and
+    // kernels on non-blocking streams are not ordered after it: wait.
+    legacy_sync()
+}
+
+/// Wait for everything issued on the legacy default stream (synchronous
+/// memsets and copies, which are not ordered with non-blocking streams).
+fn legacy_sync() -> Result<()> {
+    // SAFETY: the null stream is the legacy default stream of the current context.
+    check(
+        unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) },
+        "cuStreamSynchronize(legacy)",
+    )
 }
 
 /// # Safety
@@ -156,7 +167,10 @@ pub(crate) unsafe fn memcpy_dtoh(dst: *mut u8, src: CUdeviceptr, bytes: usize) -
         return Ok(());
     }
     // SAFETY: per the contract.
-    check(unsafe { sys::cuMemcpyDtoH_v2(dst as *mut c_void, src, bytes) }, "cuMemcpyDtoH")
+    check(
+        unsafe { sys::cuMemcpyDtoH_v2(dst as *mut c_void, src, bytes) },
+        "cuMemcpyDtoH",
+    )
 }
 
 /// # Safety
@@ -178,28 +192,18 @@ pub(crate) unsafe fn memcpy_htod_async(
 }
 
 /// # Safety
-/// Both ranges are device memory of at least `bytes`.
-pub(crate) unsafe fn memcpy_dtod_async(
-    dst: CUdeviceptr,
-    src: CUdeviceptr,
-    bytes: usize,
-    stream: CUstream,
-) -> Result<()> {
-    if bytes == 0 {
-        return Ok(());
-    }
-    // SAFETY: per the contract.
-    check(unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, stream) }, "cuMemcpyDtoDAsync")
-}
-
-/// # Safety
 /// `dst` is a device range of `bytes`.
 pub(crate) unsafe fn memset_d8(dst: CUdeviceptr, value: u8, bytes: usize) -> Result<()> {
     if bytes == 0 {
         return Ok(());
     }
     // SAFETY: per the contract.
-    check(unsafe { sys::cuMemsetD8_v2(dst, value, bytes) }, "cuMemsetD8")
+    check(
+        unsafe { sys::cuMemsetD8_v2(dst, value, bytes) },
+        "cuMemsetD8",
+    )?;
+    // cuMemsetD8 is asynchronous with respect to the host.
+    legacy_sync()
 }
 
 pub(crate) fn ipc_get_handle(p: CUdeviceptr) -> Result<[u8; IPC_HANDLE_BYTES]> {
@@ -207,7 +211,10 @@ pub(crate) fn ipc_get_handle(p: CUdeviceptr) -> Result<[u8; IPC_HANDLE_BYTES]> {
         reserved: [0; IPC_HANDLE_BYTES],
     };
     // SAFETY: writes one handle; p is the base of a cuMemAlloc block.
-    check(unsafe { sys::cuIpcGetMemHandle(&mut h, p) }, "cuIpcGetMemHandle")?;
+    check(
+        unsafe { sys::cuIpcGetMemHandle(&mut h, p) },
+        "cuIpcGetMemHandle",
+    )?;
     Ok(h.reserved.map(|c| c as u8))
 }
 
@@ -395,7 +402,10 @@ pub(crate) fn stream_destroy(s: CUstream) {
 
 pub(crate) fn stream_synchronize(s: CUstream) -> Result<()> {
     // SAFETY: s is a live stream.
-    check(unsafe { sys::cuStreamSynchronize(s) }, "cuStreamSynchronize")
+    check(
+        unsafe { sys::cuStreamSynchronize(s) },
+        "cuStreamSynchronize",
+    )
 }
 
 pub(crate) fn event_create() -> Result<CUevent> {

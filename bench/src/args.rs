@@ -1,0 +1,405 @@
+//! Command-line options of gpucoll-bench (nccl-tests names where they exist).
+
+use gpucoll::{CollKind, Datatype, ReduceOp};
+use std::path::PathBuf;
+
+/// Which buffer placements to time for each size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    OutOfPlace,
+    InPlace,
+    Both,
+}
+
+impl Placement {
+    pub fn out_of_place(self) -> bool {
+        matches!(self, Placement::OutOfPlace | Placement::Both)
+    }
+    pub fn in_place(self) -> bool {
+        matches!(self, Placement::InPlace | Placement::Both)
+    }
+    /// The number given to `--inplace`.
+    pub fn code(self) -> u8 {
+        match self {
+            Placement::OutOfPlace => 0,
+            Placement::InPlace => 1,
+            Placement::Both => 2,
+        }
+    }
+}
+
+/// Parsed options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Args {
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    /// Multiplicative step between sizes (used when `step_bytes` is `None`).
+    pub step_factor: u64,
+    /// Linear step between sizes (`-i`), overriding the factor.
+    pub step_bytes: Option<u64>,
+    pub iters: usize,
+    pub warmup: usize,
+    pub check: bool,
+    pub dtypes: Vec<Datatype>,
+    pub ops: Vec<ReduceOp>,
+    pub colls: Vec<CollKind>,
+    pub root: usize,
+    pub placement: Placement,
+    pub json: Option<PathBuf>,
+    pub vs_mpi: bool,
+    pub vs_nccl: bool,
+    pub help: bool,
+}
+
+impl Default for Args {
+    fn default() -> Args {
+        Args {
+            min_bytes: 8,
+            max_bytes: 64 << 20,
+            step_factor: 2,
+            step_bytes: None,
+            iters: 20,
+            warmup: 5,
+            check: true,
+            dtypes: vec![Datatype::F32],
+            ops: vec![ReduceOp::Sum],
+            colls: vec![CollKind::AllReduce],
+            root: 0,
+            placement: Placement::Both,
+            json: None,
+            vs_mpi: false,
+            vs_nccl: false,
+            help: false,
+        }
+    }
+}
+
+pub const USAGE: &str = "\
+usage: mpirun -n N gpucoll-bench [options]
+
+Times gpucoll's collectives over a range of message sizes, nccl-tests style.
+
+  -b, --minbytes SIZE       smallest size (default 8)
+  -e, --maxbytes SIZE       largest size (default 64M)
+  -f, --stepfactor N        multiply the size by N each step (default 2)
+  -i, --stepbytes SIZE      add SIZE each step instead (linear sweep)
+  -n, --iters N             timed iterations per size (default 20)
+  -w, --warmup_iters N      untimed iterations before timing (default 5)
+  -c, --check 0|1           verify every result (default 1)
+  -d, --datatype LIST       float, double, half, bfloat16, int8, uint8, int32,
+                            uint32, int64, uint64, or all (default float)
+  -o, --op LIST             sum, prod, min, max, avg, premulsum[:scalar],
+                            or all (default sum)
+      --coll LIST           all_reduce, reduce, broadcast, all_gather,
+                            reduce_scatter, all_to_all, gather, scatter,
+                            or all (default all_reduce)
+  -r, --root N              root rank of rooted collectives (default 0)
+      --inplace 0|1|2       0 out-of-place, 1 in-place, 2 both (default 2)
+      --json FILE           also write the results as JSON (rank 0)
+      --vs-mpi              also time MPI's own collective on the same data
+      --vs-nccl             compare with NCCL (needs the CUDA backend)
+  -h, --help                this text
+
+SIZE accepts K, M and G suffixes (powers of 1024). LIST is one name, a
+comma-separated list, or all. Size is the largest buffer of a rank, in bytes:
+the vector for all_reduce, reduce and broadcast (count = size / elem); the
+whole gathered or scattered buffer for all_gather, reduce_scatter, all_to_all,
+gather and scatter (count = size / (elem * ranks) elements per rank block).";
+
+/// Parse a byte size such as `8`, `64K`, `1M`, `2G` (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let t = t
+        .strip_suffix('B')
+        .or_else(|| t.strip_suffix('b'))
+        .unwrap_or(t);
+    let (digits, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1u64 << 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1u64 << 30),
+        _ => (t, 1),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|v| v.checked_mul(mult))
+        .ok_or_else(|| format!("invalid size '{s}' (expected a number with optional K, M or G)"))
+}
+
+fn parse_num<T: std::str::FromStr>(name: &str, v: &str) -> Result<T, String> {
+    v.trim()
+        .parse::<T>()
+        .map_err(|_| format!("invalid value '{v}' for {name} (expected a non-negative integer)"))
+}
+
+fn parse_list<T: Clone>(
+    name: &str,
+    v: &str,
+    all: &[T],
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<Vec<T>, String> {
+    if v.trim().eq_ignore_ascii_case("all") {
+        return Ok(all.to_vec());
+    }
+    let mut out = Vec::new();
+    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        out.push(parse(item).ok_or_else(|| format!("unknown {name} '{item}'"))?);
+    }
+    if out.is_empty() {
+        return Err(format!("empty {name} list"));
+    }
+    Ok(out)
+}
+
+/// Parse the arguments after the program name.
+pub fn parse_args<I, S>(argv: I) -> Result<Args, String>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let mut a = Args::default();
+    let mut it = argv.into_iter().map(Into::into);
+    while let Some(arg) = it.next() {
+        // Split `--name=value` and `-bVALUE` forms.
+        let (key, inline): (String, Option<String>) = if let Some(long) = arg.strip_prefix("--") {
+            match long.split_once('=') {
+                Some((k, v)) => (format!("--{k}"), Some(v.to_string())),
+                None => (arg.clone(), None),
+            }
+        } else if arg.starts_with('-') && arg.len() > 2 && !arg[1..2].starts_with('-') {
+            (arg[..2].to_string(), Some(arg[2..].to_string()))
+        } else {
+            (arg.clone(), None)
+        };
+        let flag = |a: &mut Args, key: &str| -> Result<bool, String> {
+            match key {
+                "--vs-mpi" => a.vs_mpi = true,
+                "--vs-nccl" => a.vs_nccl = true,
+                "-h" | "--help" => a.help = true,
+                _ => return Ok(false),
+            }
+            Ok(true)
+        };
+        if flag(&mut a, &key)? {
+            if inline.is_some() {
+                return Err(format!("option {key} takes no value"));
+            }
+            continue;
+        }
+        let known = [
+            "-b",
+            "--minbytes",
+            "-e",
+            "--maxbytes",
+            "-f",
+            "--stepfactor",
+            "-i",
+            "--stepbytes",
+            "-n",
+            "--iters",
+            "-w",
+            "--warmup_iters",
+            "-c",
+            "--check",
+            "-d",
+            "--datatype",
+            "-o",
+            "--op",
+            "--coll",
+            "-r",
+            "--root",
+            "--inplace",
+            "--json",
+        ];
+        if !known.contains(&key.as_str()) {
+            return Err(format!("unknown option '{arg}'"));
+        }
+        let value = match inline {
+            Some(v) => v,
+            None => it
+                .next()
+                .ok_or_else(|| format!("option {key} needs a value"))?,
+        };
+        match key.as_str() {
+            "-b" | "--minbytes" => a.min_bytes = parse_size(&value)?,
+            "-e" | "--maxbytes" => a.max_bytes = parse_size(&value)?,
+            "-f" | "--stepfactor" => a.step_factor = parse_num(&key, &value)?,
+            "-i" | "--stepbytes" => {
+                let s = parse_size(&value)?;
+                a.step_bytes = (s > 0).then_some(s);
+            }
+            "-n" | "--iters" => a.iters = parse_num(&key, &value)?,
+            "-w" | "--warmup_iters" => a.warmup = parse_num(&key, &value)?,
+            "-c" | "--check" => {
+                a.check = match value.trim() {
+                    "0" => false,
+                    "1" => true,
+                    _ => {
+                        return Err(format!(
+                            "invalid value '{value}' for {key} (expected 0 or 1)"
+                        ))
+                    }
+                }
+            }
+            "-d" | "--datatype" => {
+                a.dtypes = parse_list("datatype", &value, &Datatype::ALL, Datatype::parse)?
+            }
+            "-o" | "--op" => a.ops = parse_list("op", &value, &ReduceOp::ALL, ReduceOp::parse)?,
+            "--coll" => {
+                a.colls = parse_list("collective", &value, &CollKind::ALL, CollKind::parse)?
+            }
+            "-r" | "--root" => a.root = parse_num(&key, &value)?,
+            "--inplace" => {
+                a.placement = match value.trim() {
+                    "0" => Placement::OutOfPlace,
+                    "1" => Placement::InPlace,
+                    "2" => Placement::Both,
+                    _ => {
+                        return Err(format!(
+                            "invalid value '{value}' for {key} (expected 0, 1 or 2)"
+                        ))
+                    }
+                }
+            }
+            "--json" => {
+                if value.is_empty() {
+                    return Err("--json needs a file name".into());
+                }
+                a.json = Some(PathBuf::from(value));
+            }
+            _ => unreachable!("listed in `known`"),
+        }
+    }
+    if a.help {
+        return Ok(a);
+    }
+    if a.min_bytes == 0 {
+        return Err("--minbytes must be at least 1".into());
+    }
+    if a.min_bytes > a.max_bytes {
+        return Err(format!(
+            "--minbytes {} is larger than --maxbytes {}",
+            a.min_bytes, a.max_bytes
+        ));
+    }
+    if a.step_bytes.is_none() && a.step_factor < 2 && a.min_bytes != a.max_bytes {
+        return Err("--stepfactor must be at least 2 (or use --stepbytes)".into());
+    }
+    if a.iters == 0 {
+        return Err("--iters must be at least 1".into());
+    }
+    Ok(a)
+}
+
+/// The requested sizes in bytes, before rounding to whole elements.
+pub fn sizes(a: &Args) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut s = a.min_bytes;
+    while s <= a.max_bytes {
+        out.push(s);
+        let next = match a.step_bytes {
+            Some(step) => s.checked_add(step),
+            None if a.step_factor >= 2 => s.checked_mul(a.step_factor),
+            None => None,
+        };
+        match next {
+            Some(n) if n > s => s = n,
+            _ => break,
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Result<Args, String> {
+        parse_args(s.split_whitespace())
+    }
+
+    #[test]
+    fn defaults_match_nccl_tests() {
+        let a = p("").unwrap();
+        assert_eq!(a.min_bytes, 8);
+        assert_eq!(a.max_bytes, 64 << 20);
+        assert_eq!(a.step_factor, 2);
+        assert_eq!(a.iters, 20);
+        assert_eq!(a.warmup, 5);
+        assert!(a.check);
+        assert_eq!(a.dtypes, vec![Datatype::F32]);
+        assert_eq!(a.colls, vec![CollKind::AllReduce]);
+        assert_eq!(a.placement, Placement::Both);
+        assert!(!a.vs_mpi && !a.vs_nccl);
+    }
+
+    #[test]
+    fn sizes_with_suffixes() {
+        assert_eq!(parse_size("8").unwrap(), 8);
+        assert_eq!(parse_size("1K").unwrap(), 1024);
+        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
+        assert_eq!(parse_size("2g").unwrap(), 2 << 30);
+        assert_eq!(parse_size("4KB").unwrap(), 4096);
+        assert!(parse_size("M").is_err());
+        assert!(parse_size("1.5M").is_err());
+        assert!(parse_size("-1").is_err());
+    }
+
+    #[test]
+    fn short_long_and_inline_forms() {
+        let a = p("-b 1K -e1M --stepfactor=4 -n 5 -w 1 -c 0 -d float,int8 -o all --coll all -r 2 --inplace 0 --json out.json --vs-mpi").unwrap();
+        assert_eq!(a.min_bytes, 1024);
+        assert_eq!(a.max_bytes, 1 << 20);
+        assert_eq!(a.step_factor, 4);
+        assert_eq!(a.iters, 5);
+        assert_eq!(a.warmup, 1);
+        assert!(!a.check);
+        assert_eq!(a.dtypes, vec![Datatype::F32, Datatype::I8]);
+        assert_eq!(a.ops.len(), 6);
+        assert_eq!(a.colls.len(), 8);
+        assert_eq!(a.root, 2);
+        assert_eq!(a.placement, Placement::OutOfPlace);
+        assert_eq!(a.json, Some(PathBuf::from("out.json")));
+        assert!(a.vs_mpi);
+        let b = p("--datatype all --op premulsum:0.5 --coll reduce_scatter --vs-nccl").unwrap();
+        assert_eq!(b.dtypes.len(), 10);
+        assert_eq!(b.ops, vec![ReduceOp::PreMulSum(0.5)]);
+        assert_eq!(b.colls, vec![CollKind::ReduceScatter]);
+        assert!(b.vs_nccl);
+    }
+
+    #[test]
+    fn bad_arguments_are_errors() {
+        for bad in [
+            "-b",
+            "-b x",
+            "--bogus",
+            "-d float16x",
+            "-o xor",
+            "--coll allreduce2",
+            "-c 2",
+            "--inplace 3",
+            "-n 0",
+            "-b 1M -e 1K",
+            "-b 0",
+            "-f 1",
+            "--vs-mpi=1",
+            "-n -3",
+        ] {
+            assert!(p(bad).is_err(), "accepted: {bad}");
+        }
+        assert!(p("-h").unwrap().help);
+    }
+
+    #[test]
+    fn size_sweeps() {
+        let a = p("-b 8 -e 64 -f 2").unwrap();
+        assert_eq!(sizes(&a), vec![8, 16, 32, 64]);
+        let b = p("-b 8 -e 70 -f 4").unwrap();
+        assert_eq!(sizes(&b), vec![8, 32]);
+        let c = p("-b 10 -e 40 -i 10").unwrap();
+        assert_eq!(sizes(&c), vec![10, 20, 30, 40]);
+        let d = p("-b 1K -e 1K -f 1").unwrap();
+        assert_eq!(sizes(&d), vec![1024]);
+    }
+}

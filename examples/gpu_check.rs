@@ -1,0 +1,669 @@
+//! Correctness check of the CUDA backend on a GPU machine (feature `cuda`).
+//!
+//! Runs every collective × datatype × op × (out-of-place, in-place) × size
+//! (0, 1, a prime, an unaligned view, large) on `DeviceBuffer`s, through the
+//! real engine (tuner, graph, planner) and `CudaBackend`, and compares every
+//! element with the exact result computed locally (inputs are small integers
+//! derived from (rank, index), so every rank knows every input). A few calls
+//! use host buffers (staged by the backend) and one group launch mixes
+//! datatypes. Then times all_reduce on float at a few sizes.
+//!
+//! ```text
+//! cargo build --release --features cuda --example gpu_check
+//! mpirun -n 2 target/release/examples/gpu_check [--large N] [--perf] [--out FILE]
+//! ```
+//! Exit status 0 when everything matched.
+
+#[cfg(not(feature = "cuda"))]
+fn main() {
+    eprintln!(
+        "gpu_check needs the `cuda` feature: cargo build --features cuda --example gpu_check"
+    );
+    std::process::exit(2);
+}
+
+#[cfg(feature = "cuda")]
+fn main() {
+    std::process::exit(imp::main());
+}
+
+#[cfg(feature = "cuda")]
+mod imp {
+    use gpucoll::backend::cuda::{CudaBackend, DeviceBuffer};
+    use gpucoll::backend::{Backend, BoundPlan, Launch};
+    use gpucoll::coll::task::Task;
+    use gpucoll::config::Config;
+    use gpucoll::graph::Graph;
+    use gpucoll::mpi::MpiComm;
+    use gpucoll::topo::Topology;
+    use gpucoll::tune::Tuner;
+    use gpucoll::{
+        bf16, f16, Buffer, BufferMut, CollKind, Datatype, Equivalence, RawBuffer, ReduceOp,
+    };
+    use std::fmt::Write as _;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    trait Elem: Equivalence + Copy + Default {
+        fn of(v: i64) -> Self;
+        fn f(self) -> f64;
+    }
+    macro_rules! elem_int { ($($t:ty),*) => {$(
+        impl Elem for $t { fn of(v: i64) -> Self { v as $t } fn f(self) -> f64 { self as f64 } }
+    )*}; }
+    elem_int!(i8, u8, i32, u32, i64, u64, f32, f64);
+    impl Elem for f16 {
+        fn of(v: i64) -> Self {
+            f16::from_f64(v as f64)
+        }
+        fn f(self) -> f64 {
+            self.to_f64()
+        }
+    }
+    impl Elem for bf16 {
+        fn of(v: i64) -> Self {
+            bf16::from_f64(v as f64)
+        }
+        fn f(self) -> f64 {
+            self.to_f64()
+        }
+    }
+
+    struct Env {
+        mpi: Arc<MpiComm>,
+        topo: Topology,
+        graph: Graph,
+        tuner: Tuner,
+        backend: CudaBackend,
+        gpu: i32,
+        seq: u64,
+        rank: usize,
+        n: usize,
+        detail: String,
+    }
+
+    impl Env {
+        fn plan(&self, task: &Task) -> gpucoll::plan::Plan {
+            let choice = self.tuner.choose(task);
+            gpucoll::plan::build(task, &self.topo, &self.graph, &choice, self.backend.caps())
+        }
+
+        fn run(&mut self, items: Vec<(Task, RawBuffer, RawBuffer)>) -> gpucoll::Result<()> {
+            let items: Vec<BoundPlan> = items
+                .into_iter()
+                .map(|(t, i, o)| BoundPlan {
+                    plan: Arc::new(self.plan(&t)),
+                    input: i,
+                    output: o,
+                })
+                .collect();
+            let launch = Launch {
+                first_seq: self.seq,
+                items,
+            };
+            self.seq += launch.items.len() as u64;
+            // SAFETY: the buffers outlive the call and nothing else touches
+            // them before wait() returns.
+            let mut w = unsafe { self.backend.submit(launch)? };
+            w.wait()
+        }
+    }
+
+    /// Input value of rank `r` at index `j`.
+    fn val(r: usize, j: u64, red: bool) -> i64 {
+        if red {
+            ((r as u64 * 7 + j * 3) % 3 + 1) as i64
+        } else {
+            ((r as u64 * 31 + j * 7) % 101) as i64
+        }
+    }
+
+    /// The exact result as f64 (small integers; float Avg is exact for
+    /// power-of-two rank counts, which the runs use).
+    fn reduce_exact(op: ReduceOp, xs: impl Iterator<Item = i64>, n: usize, float: bool) -> f64 {
+        let xs: Vec<i64> = xs.collect();
+        match op {
+            ReduceOp::Sum => xs.iter().sum::<i64>() as f64,
+            ReduceOp::Prod => xs.iter().product::<i64>() as f64,
+            ReduceOp::Min => *xs.iter().min().unwrap_or(&0) as f64,
+            ReduceOp::Max => *xs.iter().max().unwrap_or(&0) as f64,
+            ReduceOp::Avg if float => xs.iter().sum::<i64>() as f64 / n as f64,
+            ReduceOp::Avg => (xs.iter().sum::<i64>() / n as i64) as f64,
+            ReduceOp::PreMulSum(s) => xs.iter().map(|x| x * s as i64).sum::<i64>() as f64,
+        }
+    }
+
+    /// `v` converted to the element type, as f64 (wrapping like the type does).
+    fn as_elem<T: Elem>(v: f64) -> f64 {
+        if T::DATATYPE.is_float() {
+            conv::<T>(v)
+        } else {
+            T::of(v as i64).f()
+        }
+    }
+
+    fn conv<T: Elem>(v: f64) -> f64 {
+        match T::DATATYPE {
+            Datatype::F16 => f16::from_f64(v).to_f64(),
+            Datatype::BF16 => bf16::from_f64(v).to_f64(),
+            Datatype::F32 => v as f32 as f64,
+            _ => v,
+        }
+    }
+
+    fn sub(b: RawBuffer, off: u64, len: u64) -> RawBuffer {
+        RawBuffer {
+            addr: b.addr + off * b.dtype.size() as u64,
+            len,
+            ..b
+        }
+    }
+    fn empty_at(b: RawBuffer) -> RawBuffer {
+        RawBuffer { len: 0, ..b }
+    }
+
+    /// One collective call: returns the number of wrong elements.
+    #[allow(clippy::too_many_arguments)]
+    fn case<T: Elem>(
+        env: &mut Env,
+        kind: CollKind,
+        op: ReduceOp,
+        count: u64,
+        in_place: bool,
+        unaligned: bool,
+        host: bool,
+        root: usize,
+    ) -> gpucoll::Result<usize> {
+        let (rank, n) = (env.rank, env.n);
+        let nn = n as u64;
+        let red = kind.reduces();
+        let float = T::DATATYPE.is_float();
+        let is_root = rank == root;
+        let poison = T::of(-1);
+        // Buffer lengths (elements).
+        let (in_len, out_len) = match kind {
+            CollKind::AllReduce | CollKind::Broadcast | CollKind::Reduce => (count, count),
+            CollKind::AllGather => (count, count * nn),
+            CollKind::ReduceScatter => (count * nn, count),
+            CollKind::AllToAll => (count * nn, count * nn),
+            CollKind::Gather => (count, if is_root { count * nn } else { 0 }),
+            CollKind::Scatter => (if is_root { count * nn } else { 0 }, count),
+        };
+        let ip = in_place
+            && match kind {
+                CollKind::Reduce | CollKind::Gather | CollKind::Scatter => is_root,
+                _ => true,
+            };
+        let ip = ip || kind == CollKind::Broadcast;
+        let task_ip = ip;
+        // Host images of the buffers.
+        let input: Vec<T> = (0..in_len)
+            .map(|j| {
+                let owner_src = match kind {
+                    CollKind::Broadcast if !is_root => return poison,
+                    _ => rank,
+                };
+                T::of(val(owner_src, j, red))
+            })
+            .collect();
+        let big_len = in_len.max(out_len);
+        let mut buf: Vec<T> = vec![poison; big_len as usize];
+        if ip {
+            match kind {
+                CollKind::AllGather => {
+                    for i in 0..count {
+                        buf[(rank as u64 * count + i) as usize] = T::of(val(rank, i, red));
+                    }
+                }
+                CollKind::Gather => {
+                    for i in 0..count {
+                        buf[(root as u64 * count + i) as usize] = T::of(val(rank, i, red));
+                    }
+                }
+                _ => buf[..in_len as usize].copy_from_slice(&input),
+            }
+        }
+        let shift = if unaligned { 1 } else { 0 };
+        let mk = |data: &[T]| -> gpucoll::Result<DeviceBuffer<T>> {
+            let mut v = vec![poison; data.len() + shift];
+            v[shift..].copy_from_slice(data);
+            DeviceBuffer::from_host(env.gpu, &v)
+        };
+        // Device (or host) buffers.
+        let d_in = mk(&input)?;
+        let out_init = vec![poison; out_len as usize];
+        let mut d_out = mk(if ip { &buf } else { &out_init })?;
+        let mut h_in = input.clone();
+        let mut h_out: Vec<T> = if ip { buf.clone() } else { out_init.clone() };
+        let (raw_in, raw_out) = if host {
+            (h_in.as_mut_slice().raw(), h_out.as_mut_slice().raw_mut())
+        } else {
+            let ri = d_in.view(shift..shift + in_len as usize)?.raw();
+            let len = if ip { big_len } else { out_len } as usize;
+            let ro = d_out.view_mut(shift..shift + len)?.raw_mut();
+            (ri, ro)
+        };
+        let (task_count, i_raw, o_raw) = if ip {
+            let b = raw_out;
+            match kind {
+                CollKind::AllGather => (count, sub(b, rank as u64 * count, count), b),
+                CollKind::Gather => (count, sub(b, root as u64 * count, count), b),
+                CollKind::Scatter => (count, b, sub(b, root as u64 * count, count)),
+                _ => (count, b, b),
+            }
+        } else {
+            let o = match kind {
+                CollKind::Reduce | CollKind::Gather if !is_root => empty_at(raw_in),
+                CollKind::Scatter if !is_root => raw_out,
+                _ => raw_out,
+            };
+            let i = match kind {
+                CollKind::Scatter if !is_root => empty_at(raw_out),
+                _ => raw_in,
+            };
+            (count, i, o)
+        };
+        let task = Task {
+            kind,
+            dtype: T::DATATYPE,
+            op: if red { op } else { ReduceOp::Sum },
+            count: task_count,
+            root: if kind.rooted() { root } else { 0 },
+            in_place: task_ip,
+        };
+        env.run(vec![(task, i_raw, o_raw)])?;
+        // Fetch the result.
+        let got: Vec<T> = if host {
+            h_out.clone()
+        } else {
+            let all = d_out.to_vec()?;
+            all[shift..].to_vec()
+        };
+        drop(d_in);
+        // Expected values where defined.
+        let mut wrong = 0usize;
+        let mut first_bad: Option<(u64, Option<f64>, f64)> = None;
+        let mut check = |idx: u64, want: f64| {
+            let g = got.get(idx as usize).map(|x| x.f());
+            let w = as_elem::<T>(want);
+            if g != Some(w) {
+                wrong += 1;
+                if first_bad.is_none() {
+                    first_bad = Some((idx, g, w));
+                }
+            }
+        };
+        let red_at = |idx_of: &dyn Fn(usize) -> u64| {
+            reduce_exact(op, (0..n).map(|r| val(r, idx_of(r), true)), n, float)
+        };
+        match kind {
+            CollKind::AllReduce => {
+                for i in 0..count {
+                    check(i, red_at(&|_| i));
+                }
+            }
+            CollKind::Reduce if is_root => {
+                for i in 0..count {
+                    check(i, red_at(&|_| i));
+                }
+            }
+            CollKind::Broadcast => {
+                for i in 0..count {
+                    check(i, val(root, i, false) as f64);
+                }
+            }
+            CollKind::AllGather => {
+                for r in 0..n {
+                    for i in 0..count {
+                        check(r as u64 * count + i, val(r, i, false) as f64);
+                    }
+                }
+            }
+            CollKind::ReduceScatter => {
+                for i in 0..count {
+                    check(i, red_at(&|_| rank as u64 * count + i));
+                }
+            }
+            CollKind::AllToAll => {
+                for s in 0..n {
+                    for i in 0..count {
+                        check(
+                            s as u64 * count + i,
+                            val(s, rank as u64 * count + i, false) as f64,
+                        );
+                    }
+                }
+            }
+            CollKind::Gather if is_root => {
+                for r in 0..n {
+                    for i in 0..count {
+                        check(r as u64 * count + i, val(r, i, false) as f64);
+                    }
+                }
+            }
+            CollKind::Scatter => {
+                let base = if ip { root as u64 * count } else { 0 };
+                for i in 0..count {
+                    check(base + i, val(root, rank as u64 * count + i, false) as f64);
+                }
+            }
+            _ => {}
+        }
+        if let Some((idx, g, w)) = first_bad {
+            let choice = env.tuner.choose(&task);
+            let plan = env.plan(&task);
+            let nsteps: Vec<usize> = plan.channels.iter().map(|c| c.steps.len()).collect();
+            let _ = writeln!(
+                env.detail,
+                "    rank {rank} {} {} first wrong index {idx}: got {g:?} want {w}; {} ch={} chunk={} steps/ch={nsteps:?}",
+                kind.name(), T::DATATYPE, choice.algorithm, choice.nchannels, choice.chunk_bytes
+            );
+        }
+        Ok(wrong)
+    }
+
+    fn all_cases<T: Elem>(
+        env: &mut Env,
+        sizes: &[(u64, bool)],
+        log: &mut String,
+        failures: &mut usize,
+    ) {
+        for kind in CollKind::ALL {
+            let ops: Vec<ReduceOp> = if kind.reduces() {
+                ReduceOp::ALL.to_vec()
+            } else {
+                vec![ReduceOp::Sum]
+            };
+            for op in ops {
+                for in_place in [false, true] {
+                    for &(count, unaligned) in sizes {
+                        let host = false;
+                        let root = if kind.rooted() { env.n - 1 } else { 0 };
+                        let r = case::<T>(env, kind, op, count, in_place, unaligned, host, root);
+                        let bad = match r {
+                            Ok(w) => w,
+                            Err(e) => {
+                                let _ = writeln!(
+                                    log,
+                                    "rank {} ERROR {} {} {} ip={} n={}: {e}",
+                                    env.rank,
+                                    kind.name(),
+                                    T::DATATYPE,
+                                    op,
+                                    in_place,
+                                    count
+                                );
+                                *failures += 1;
+                                return;
+                            }
+                        };
+                        if bad > 0 {
+                            *failures += 1;
+                            let _ = writeln!(
+                                log,
+                                "rank {} WRONG {} {} {} ip={} count={} unaligned={}: {bad} elements",
+                                env.rank, kind.name(), T::DATATYPE, op, in_place, count, unaligned
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn perf(env: &mut Env, log: &mut String) -> gpucoll::Result<()> {
+        for &mib in &[1u64, 8, 64, 256] {
+            let count = mib * (1 << 20) / 4;
+            let src = DeviceBuffer::<f32>::zeroed(env.gpu, count as usize)?;
+            let mut dst = DeviceBuffer::<f32>::zeroed(env.gpu, count as usize)?;
+            let task = Task {
+                kind: CollKind::AllReduce,
+                dtype: Datatype::F32,
+                op: ReduceOp::Sum,
+                count,
+                root: 0,
+                in_place: false,
+            };
+            let (i, o) = (src.raw(), dst.raw_mut());
+            for _ in 0..3 {
+                env.run(vec![(task, i, o)])?;
+            }
+            let iters = if mib >= 64 { 10 } else { 30 };
+            env.mpi.barrier()?;
+            let t = Instant::now();
+            for _ in 0..iters {
+                env.run(vec![(task, i, o)])?;
+            }
+            let us = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
+            let bytes = (count * 4) as f64;
+            let algbw = bytes / us / 1e3;
+            let busbw = algbw * 2.0 * (env.n as f64 - 1.0) / env.n as f64;
+            let choice = env.tuner.choose(&task);
+            let _ = writeln!(
+                log,
+                "perf all_reduce f32 {mib:>4} MiB: {us:>10.1} us  algbw {algbw:>7.2} GB/s  busbw {busbw:>7.2} GB/s  ({} ch, {})",
+                choice.nchannels, choice.algorithm
+            );
+        }
+        Ok(())
+    }
+
+    pub fn main() -> i32 {
+        let args: Vec<String> = std::env::args().collect();
+        let arg = |k: &str| {
+            args.iter()
+                .position(|a| a == k)
+                .and_then(|i| args.get(i + 1))
+                .cloned()
+        };
+        let large: u64 = arg("--large")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1 << 20);
+        let do_perf = args.iter().any(|a| a == "--perf");
+        let out = arg("--out");
+
+        let universe = match gpucoll::initialize() {
+            Ok(u) => u,
+            Err(e) => {
+                eprintln!("initialize: {e}");
+                return 2;
+            }
+        };
+        let world = match universe.world() {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("world: {e}");
+                return 2;
+            }
+        };
+        let mpi = Arc::new(MpiComm::world());
+        let topo = world.topology().clone();
+        let config = Config::from_env().unwrap_or_default();
+        let t0 = Instant::now();
+        let backend = match CudaBackend::new(mpi.clone(), &topo, &config) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("rank {}: CudaBackend::new: {e}", topo.rank);
+                return 3;
+            }
+        };
+        let setup_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let mut env = Env {
+            graph: Graph::new(&topo),
+            tuner: Tuner::new(&topo, backend.caps(), &config),
+            gpu: backend.device_ordinal(),
+            rank: topo.rank,
+            n: topo.nranks,
+            seq: 0,
+            detail: String::new(),
+            topo,
+            backend,
+            mpi,
+        };
+        let mut log = String::new();
+        let mut failures = 0usize;
+        let sizes = [
+            (0u64, false),
+            (1, false),
+            (7919, false),
+            (1001, true),
+            (large, false),
+        ];
+        let t1 = Instant::now();
+        macro_rules! each { ($($t:ty),*) => {$(
+            all_cases::<$t>(&mut env, &sizes, &mut log, &mut failures);
+        )*}; }
+        each!(i8, u8, i32, u32, i64, u64, f16, bf16, f32, f64);
+        // Host buffers (staged through device memory by the backend).
+        for kind in CollKind::ALL {
+            for ip in [false, true] {
+                let root = if kind.rooted() { env.n - 1 } else { 0 };
+                match case::<f32>(&mut env, kind, ReduceOp::Sum, 4099, ip, false, true, root) {
+                    Ok(0) => {}
+                    Ok(b) => {
+                        failures += 1;
+                        let _ = writeln!(
+                            log,
+                            "rank {} WRONG host {} ip={ip}: {b}",
+                            env.rank,
+                            kind.name()
+                        );
+                    }
+                    Err(e) => {
+                        failures += 1;
+                        let _ = writeln!(
+                            log,
+                            "rank {} ERROR host {} ip={ip}: {e}",
+                            env.rank,
+                            kind.name()
+                        );
+                    }
+                }
+            }
+        }
+        // A group: two all_reduces of different types in one launch.
+        let group = (|| -> gpucoll::Result<usize> {
+            let a: Vec<i32> = (0..3000).map(|j| val(env.rank, j, true) as i32).collect();
+            let b: Vec<f64> = (0..5000).map(|j| val(env.rank, j, true) as f64).collect();
+            let da = DeviceBuffer::from_host(env.gpu, &a)?;
+            let db = DeviceBuffer::from_host(env.gpu, &b)?;
+            let mut oa = DeviceBuffer::<i32>::zeroed(env.gpu, a.len())?;
+            let mut ob = DeviceBuffer::<f64>::zeroed(env.gpu, b.len())?;
+            let ta = Task {
+                kind: CollKind::AllReduce,
+                dtype: Datatype::I32,
+                op: ReduceOp::Sum,
+                count: 3000,
+                root: 0,
+                in_place: false,
+            };
+            let tb = Task {
+                dtype: Datatype::F64,
+                count: 5000,
+                op: ReduceOp::Max,
+                ..ta
+            };
+            env.run(vec![
+                (ta, da.raw(), oa.raw_mut()),
+                (tb, db.raw(), ob.raw_mut()),
+            ])?;
+            let (ga, gb) = (oa.to_vec()?, ob.to_vec()?);
+            let n = env.n;
+            let mut bad = 0;
+            for (j, g) in ga.iter().enumerate() {
+                bad += (*g as f64
+                    != reduce_exact(
+                        ReduceOp::Sum,
+                        (0..n).map(|r| val(r, j as u64, true)),
+                        n,
+                        false,
+                    )) as usize;
+            }
+            for (j, g) in gb.iter().enumerate() {
+                bad += (*g
+                    != reduce_exact(
+                        ReduceOp::Max,
+                        (0..n).map(|r| val(r, j as u64, true)),
+                        n,
+                        true,
+                    )) as usize;
+            }
+            Ok(bad)
+        })();
+        match group {
+            Ok(0) => {}
+            Ok(b) => {
+                failures += 1;
+                let _ = writeln!(log, "rank {} WRONG group: {b}", env.rank);
+            }
+            Err(e) => {
+                failures += 1;
+                let _ = writeln!(log, "rank {} ERROR group: {e}", env.rank);
+            }
+        }
+        let check_s = t1.elapsed().as_secs_f64();
+        for line in env.detail.lines().take(12) {
+            let _ = writeln!(log, "{line}");
+        }
+        let calls = env.seq;
+        if do_perf && failures == 0 {
+            if let Err(e) = perf(&mut env, &mut log) {
+                failures += 1;
+                let _ = writeln!(log, "rank {} ERROR perf: {e}", env.rank);
+            }
+        }
+        // Gather every rank's log and failure count at rank 0.
+        let mine = format!("{failures}\n{log}");
+        let mut lens = (mine.len() as u64).to_le_bytes().to_vec();
+        lens.resize(8, 0);
+        let all_lens = env.mpi.allgather_bytes(&lens).unwrap_or_default();
+        let maxlen = all_lens
+            .chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .max()
+            .unwrap_or(0) as usize;
+        let mut padded = mine.into_bytes();
+        padded.resize(maxlen, b' ');
+        let all = env.mpi.allgather_bytes(&padded).unwrap_or_default();
+        let mut total_fail = 0usize;
+        let mut summary = String::new();
+        let _ = writeln!(
+            summary,
+            "gpu_check: {} ranks, gpu of rank 0 = {}, large = {large}, setup {setup_ms:.0} ms, {calls} launches in {check_s:.1} s",
+            env.n, env.gpu
+        );
+        for r in 0..env.n {
+            let chunk = &all[r * maxlen..(r + 1) * maxlen];
+            let text = String::from_utf8_lossy(chunk);
+            let text = text.trim_end();
+            let (f, rest) = text.split_once('\n').unwrap_or((text, ""));
+            total_fail += f.trim().parse::<usize>().unwrap_or(1);
+            for line in rest.lines().take(80) {
+                let _ = writeln!(summary, "{line}");
+            }
+        }
+        let _ = writeln!(
+            summary,
+            "gpu_check: {}",
+            if total_fail == 0 {
+                "ALL PASSED".to_string()
+            } else {
+                format!("{total_fail} FAILURES")
+            }
+        );
+        if env.rank == 0 {
+            print!("{summary}");
+            if let Some(p) = out {
+                let _ = std::fs::write(p, &summary);
+            }
+        }
+        drop(env);
+        drop(world);
+        drop(universe);
+        if total_fail == 0 {
+            0
+        } else {
+            1
+        }
+    }
+}

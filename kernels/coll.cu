@@ -1,0 +1,532 @@
+// The step interpreter: one generic kernel per datatype that executes the
+// per-channel step lists of src/plan/step.rs (Flow and Exchange) over the
+// connectors set up by src/backend/cuda. One block per channel.
+//
+// Connector protocol (NCCL's Simple protocol with `slots` slots):
+//  * sender: wait until step - head < slots; write the piece into slot
+//    step % slots of the receiver's FIFO; fence; write meta[slot] =
+//    seq << 32 | bytes; fence; tail = step + 1.
+//  * receiver: wait until tail > step; check meta[slot]; read the slot;
+//    write the sender's head = step + 1.
+// Thread 0 of the block waits and publishes; all threads move data.
+#include "gpucoll.cuh"
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#define GC_THREADS 512
+#define GC_ABORT_SPINS 1024u
+
+// ---------------------------------------------------------------- memory ops
+
+__device__ __forceinline__ uint64_t ld_vol64(uint64_t addr) {
+  return *reinterpret_cast<volatile uint64_t*>(addr);
+}
+__device__ __forceinline__ void st_vol64(uint64_t addr, uint64_t v) {
+  *reinterpret_cast<volatile uint64_t*>(addr) = v;
+}
+__device__ __forceinline__ uint32_t ld_vol32(uint64_t addr) {
+  return *reinterpret_cast<volatile uint32_t*>(addr);
+}
+__device__ __forceinline__ void st_vol32(uint64_t addr, uint32_t v) {
+  *reinterpret_cast<volatile uint32_t*>(addr) = v;
+}
+
+// 16-byte load that bypasses L1 (the FIFO is written by another GPU or the host).
+__device__ __forceinline__ uint4 ld_vol128(const void* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+template <int N> struct Bits;
+template <> struct Bits<1> { typedef uint8_t type; };
+template <> struct Bits<2> { typedef uint16_t type; };
+template <> struct Bits<4> { typedef uint32_t type; };
+template <> struct Bits<8> { typedef uint64_t type; };
+
+template <typename T>
+__device__ __forceinline__ T ld_vol_elem(const T* p) {
+  typedef typename Bits<sizeof(T)>::type B;
+  B b = *reinterpret_cast<const volatile B*>(p);
+  T t;
+  memcpy(&t, &b, sizeof(T));
+  return t;
+}
+
+// --------------------------------------------------------------- arithmetic
+
+template <typename T, typename U> struct IntArith {
+  static __device__ __forceinline__ T add(T a, T b) { return (T)(U)((U)a + (U)b); }
+  static __device__ __forceinline__ T mul(T a, T b) { return (T)(U)((U)a * (U)b); }
+  static __device__ __forceinline__ T mn(T a, T b) { return a < b ? a : b; }
+  static __device__ __forceinline__ T mx(T a, T b) { return a > b ? a : b; }
+  static __device__ __forceinline__ T scale(T x, const GcArgs& a) {
+    return mul(x, (T)a.iscale);
+  }
+};
+
+template <typename T> struct Arith;
+template <> struct Arith<int8_t> : IntArith<int8_t, uint8_t> {
+  static __device__ __forceinline__ int8_t div(int8_t x, uint64_t d) { return (int8_t)((int64_t)x / (int64_t)d); }
+};
+template <> struct Arith<uint8_t> : IntArith<uint8_t, uint8_t> {
+  static __device__ __forceinline__ uint8_t div(uint8_t x, uint64_t d) { return (uint8_t)((uint64_t)x / d); }
+};
+template <> struct Arith<int32_t> : IntArith<int32_t, uint32_t> {
+  static __device__ __forceinline__ int32_t div(int32_t x, uint64_t d) { return (int32_t)((int64_t)x / (int64_t)d); }
+};
+template <> struct Arith<uint32_t> : IntArith<uint32_t, uint32_t> {
+  static __device__ __forceinline__ uint32_t div(uint32_t x, uint64_t d) { return (uint32_t)((uint64_t)x / d); }
+};
+template <> struct Arith<int64_t> : IntArith<int64_t, uint64_t> {
+  static __device__ __forceinline__ int64_t div(int64_t x, uint64_t d) { return x / (int64_t)d; }
+};
+template <> struct Arith<uint64_t> : IntArith<uint64_t, uint64_t> {
+  static __device__ __forceinline__ uint64_t div(uint64_t x, uint64_t d) { return x / d; }
+};
+
+template <> struct Arith<float> {
+  static __device__ __forceinline__ float add(float a, float b) { return a + b; }
+  static __device__ __forceinline__ float mul(float a, float b) { return a * b; }
+  static __device__ __forceinline__ float mn(float a, float b) { return fminf(a, b); }
+  static __device__ __forceinline__ float mx(float a, float b) { return fmaxf(a, b); }
+  static __device__ __forceinline__ float scale(float x, const GcArgs& a) { return x * (float)a.scale; }
+  static __device__ __forceinline__ float div(float x, uint64_t d) { return x / (float)d; }
+};
+template <> struct Arith<double> {
+  static __device__ __forceinline__ double add(double a, double b) { return a + b; }
+  static __device__ __forceinline__ double mul(double a, double b) { return a * b; }
+  static __device__ __forceinline__ double mn(double a, double b) { return fmin(a, b); }
+  static __device__ __forceinline__ double mx(double a, double b) { return fmax(a, b); }
+  static __device__ __forceinline__ double scale(double x, const GcArgs& a) { return x * a.scale; }
+  static __device__ __forceinline__ double div(double x, uint64_t d) { return x / (double)d; }
+};
+
+// Half types compute in float and round once per operation (as the host
+// backend does).
+template <typename H, typename Conv> struct HalfArith {
+  static __device__ __forceinline__ H add(H a, H b) { return Conv::from(Conv::to(a) + Conv::to(b)); }
+  static __device__ __forceinline__ H mul(H a, H b) { return Conv::from(Conv::to(a) * Conv::to(b)); }
+  static __device__ __forceinline__ H mn(H a, H b) { return Conv::from(fminf(Conv::to(a), Conv::to(b))); }
+  static __device__ __forceinline__ H mx(H a, H b) { return Conv::from(fmaxf(Conv::to(a), Conv::to(b))); }
+  static __device__ __forceinline__ H scale(H x, const GcArgs& a) { return Conv::from(Conv::to(x) * (float)a.scale); }
+  static __device__ __forceinline__ H div(H x, uint64_t d) { return Conv::from(Conv::to(x) / (float)d); }
+};
+struct ConvF16 {
+  static __device__ __forceinline__ float to(__half h) { return __half2float(h); }
+  static __device__ __forceinline__ __half from(float f) { return __float2half_rn(f); }
+};
+struct ConvBF16 {
+  static __device__ __forceinline__ float to(__nv_bfloat16 h) { return __bfloat162float(h); }
+  static __device__ __forceinline__ __nv_bfloat16 from(float f) { return __float2bfloat16_rn(f); }
+};
+template <> struct Arith<__half> : HalfArith<__half, ConvF16> {};
+template <> struct Arith<__nv_bfloat16> : HalfArith<__nv_bfloat16, ConvBF16> {};
+
+template <typename T, uint32_t OP>
+__device__ __forceinline__ T combine(T a, T b) {
+  if (OP == GC_OP_SUM) return Arith<T>::add(a, b);
+  if (OP == GC_OP_PROD) return Arith<T>::mul(a, b);
+  if (OP == GC_OP_MIN) return Arith<T>::mn(a, b);
+  return Arith<T>::mx(a, b);
+}
+
+// ------------------------------------------------------------ piece compute
+
+#define GC_MAX_OUT (GC_MAX_PEERS + 1)
+
+// What thread 0 prepares for every thread before a piece moves.
+struct PieceShared {
+  const char* src;  // local input (0: none)
+  const char* rp[GC_MAX_PEERS];
+  char* wp[GC_MAX_OUT];
+  int nr;
+  int nw;
+  int pre;
+  int post;
+  uint64_t n;  // elements
+  int stop;    // 1: leave the kernel (error recorded); 2: step done
+};
+
+template <typename T>
+__device__ __forceinline__ T elem_value_first(const PieceShared& s, uint64_t i, const GcArgs& a, int& have) {
+  T v{};
+  have = 0;
+  if (s.src) {
+    v = reinterpret_cast<const T*>(s.src)[i];
+    if (s.pre) v = Arith<T>::scale(v, a);
+    have = 1;
+  }
+  return v;
+}
+
+// value = pre(src) (+) recv[0] (+) recv[1] ... ; post-op; written to every output.
+template <typename T, uint32_t OP>
+__device__ void compute(const PieceShared& s, const GcArgs& a) {
+  const uint64_t n = s.n;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  uintptr_t orall = (uintptr_t)s.src;
+  for (int r = 0; r < s.nr; r++) orall |= (uintptr_t)s.rp[r];
+  for (int w = 0; w < s.nw; w++) orall |= (uintptr_t)s.wp[w];
+  constexpr int E = 16 / sizeof(T);
+  uint64_t done = 0;
+  if ((orall & 15) == 0) {
+    const uint64_t npk = n / E;
+    for (uint64_t k = tid; k < npk; k += nt) {
+      T v[E];
+      int have = 0;
+      if (s.src) {
+        uint4 p = *reinterpret_cast<const uint4*>(s.src + k * 16);
+        memcpy(v, &p, 16);
+        if (s.pre) {
+#pragma unroll
+          for (int e = 0; e < E; e++) v[e] = Arith<T>::scale(v[e], a);
+        }
+        have = 1;
+      }
+      for (int r = 0; r < s.nr; r++) {
+        uint4 p = ld_vol128(s.rp[r] + k * 16);
+        T x[E];
+        memcpy(x, &p, 16);
+        if (have) {
+#pragma unroll
+          for (int e = 0; e < E; e++) v[e] = combine<T, OP>(v[e], x[e]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < E; e++) v[e] = x[e];
+        }
+        have = 1;
+      }
+      if (s.post) {
+#pragma unroll
+        for (int e = 0; e < E; e++) v[e] = Arith<T>::div(v[e], a.div);
+      }
+      uint4 out;
+      memcpy(&out, v, 16);
+      for (int w = 0; w < s.nw; w++) *reinterpret_cast<uint4*>(s.wp[w] + k * 16) = out;
+    }
+    done = npk * E;
+  }
+  for (uint64_t i = done + tid; i < n; i += nt) {
+    int have;
+    T v = elem_value_first<T>(s, i, a, have);
+    for (int r = 0; r < s.nr; r++) {
+      T x = ld_vol_elem(reinterpret_cast<const T*>(s.rp[r]) + i);
+      v = have ? combine<T, OP>(v, x) : x;
+      have = 1;
+    }
+    if (s.post) v = Arith<T>::div(v, a.div);
+    for (int w = 0; w < s.nw; w++) reinterpret_cast<T*>(s.wp[w])[i] = v;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void compute_op(const PieceShared& s, const GcArgs& a) {
+  switch (a.op) {
+    case GC_OP_SUM: compute<T, GC_OP_SUM>(s, a); break;
+    case GC_OP_PROD: compute<T, GC_OP_PROD>(s, a); break;
+    case GC_OP_MIN: compute<T, GC_OP_MIN>(s, a); break;
+    default: compute<T, GC_OP_MAX>(s, a); break;
+  }
+}
+
+// ------------------------------------------------------- thread-0 protocol
+
+struct Ctx {
+  const GcArgs* a;
+  GcSendConn* sc;  // this channel's send connectors, by peer
+  GcRecvConn* rc;  // this channel's receive connectors, by peer
+  uint64_t status; // GcChanStatus* of this channel
+  uint64_t progress;
+};
+
+// The abort word is 64 bits: the low half is raised by the host (1 + the
+// local rank that failed), the high half by a kernel that hit an error.
+__device__ __forceinline__ bool aborted(const GcArgs& a) { return ld_vol64(a.abort_word) != 0; }
+
+__device__ void record_error(const Ctx& c, uint32_t code, uint32_t peer, uint64_t got, uint64_t want) {
+  GcChanStatus* st = reinterpret_cast<GcChanStatus*>(c.status);
+  if (ld_vol32((uint64_t)&st->code) == GC_ERR_NONE) {
+    st_vol32((uint64_t)&st->peer, peer);
+    st_vol64((uint64_t)&st->got, got);
+    st_vol64((uint64_t)&st->want, want);
+    __threadfence_system();
+    st_vol32((uint64_t)&st->code, code);
+  }
+  if (code != GC_ERR_ABORTED) {
+    // Make every other block of this launch leave too.
+    st_vol32(c.a->abort_word + 4, code);
+  }
+  __threadfence_system();
+}
+
+// Whether the receive connector from `peer` holds its next piece (no wait).
+__device__ __forceinline__ bool recv_ready(const Ctx& c, uint32_t peer) {
+  const GcRecvConn* r = &c.rc[peer];
+  return ld_vol64(r->tail) > r->step;
+}
+__device__ __forceinline__ bool send_ready(const Ctx& c, uint32_t peer) {
+  const GcSendConn* s = &c.sc[peer];
+  return ld_vol64(s->head) + c.a->slots > s->step;
+}
+
+// Spin until `ready` or abort; false on abort (error recorded).
+template <typename F>
+__device__ bool spin_until(const Ctx& c, uint32_t peer, F ready) {
+  uint32_t spins = 0;
+  while (!ready()) {
+    if (++spins == GC_ABORT_SPINS) {
+      spins = 0;
+      if (aborted(*c.a)) {
+        record_error(c, GC_ERR_ABORTED, peer, 0, 0);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+__device__ __forceinline__ uint64_t make_meta(uint32_t seq, uint64_t bytes) {
+  return ((uint64_t)seq << 32) | (uint64_t)(uint32_t)bytes;
+}
+
+// Receive side: check the metadata of the next piece and return its slot.
+__device__ const char* recv_slot(const Ctx& c, uint32_t peer, uint64_t bytes, bool& ok) {
+  const GcArgs& a = *c.a;
+  GcRecvConn* r = &c.rc[peer];
+  uint64_t tail = ld_vol64(r->tail);
+  if (tail - r->step > a.slots) {
+    record_error(c, GC_ERR_COUNTERS, peer, tail, r->step);
+    ok = false;
+    return nullptr;
+  }
+  __threadfence_system();  // acquire: slot contents after the tail
+  uint64_t slot = r->step % a.slots;
+  uint64_t got = ld_vol64(r->meta + slot * 8);
+  uint64_t want = make_meta(a.seq, bytes);
+  if (got != want) {
+    record_error(c, GC_ERR_META, peer, got, want);
+    ok = false;
+    return nullptr;
+  }
+  ok = true;
+  return reinterpret_cast<const char*>(r->data + slot * a.slot_bytes);
+}
+
+__device__ __forceinline__ char* send_slot_ptr(const Ctx& c, uint32_t peer) {
+  const GcSendConn* s = &c.sc[peer];
+  return reinterpret_cast<char*>(s->data + (s->step % c.a->slots) * c.a->slot_bytes);
+}
+
+__device__ void send_publish(const Ctx& c, uint32_t peer, uint64_t bytes) {
+  GcSendConn* s = &c.sc[peer];
+  uint64_t slot = s->step % c.a->slots;
+  st_vol64(s->meta + slot * 8, make_meta(c.a->seq, bytes));
+  __threadfence_system();
+  s->step += 1;
+  st_vol64(s->tail, s->step);
+}
+
+__device__ void recv_release(const Ctx& c, uint32_t peer) {
+  GcRecvConn* r = &c.rc[peer];
+  r->step += 1;
+  st_vol64(r->head, r->step);
+}
+
+__device__ void bump_progress(Ctx& c) {
+  c.progress += 1;
+  GcChanStatus* st = reinterpret_cast<GcChanStatus*>(c.status);
+  st_vol64((uint64_t)&st->progress, c.progress);
+}
+
+// ------------------------------------------------------------------ steps
+
+template <typename T>
+__device__ bool run_flow(Ctx& c, const GcStep& stp, PieceShared& sh) {
+  const GcArgs& a = *c.a;
+  const uint64_t pe = a.slot_bytes / sizeof(T);
+  const uint64_t npieces = (stp.count + pe - 1) / pe;
+  const bool reduce = stp.flags & GC_FLAG_REDUCE;
+  for (uint64_t piece = 0; piece < npieces; piece++) {
+    const uint64_t off = piece * pe;
+    const uint64_t n = min(pe, stp.count - off);
+    const uint64_t bytes = n * sizeof(T);
+    if (threadIdx.x == 0) {
+      int stop = 0;
+      sh.nr = stp.nrecv;
+      sh.nw = 0;
+      for (uint32_t i = 0; i < stp.nrecv && !stop; i++) {
+        uint32_t p = stp.recv[i];
+        if (!spin_until(c, p, [&] { return recv_ready(c, p); })) { stop = 1; break; }
+        bool ok;
+        sh.rp[i] = recv_slot(c, p, bytes, ok);
+        if (!ok) stop = 1;
+      }
+      for (uint32_t i = 0; i < stp.nsend && !stop; i++) {
+        uint32_t p = stp.send[i];
+        if (!spin_until(c, p, [&] { return send_ready(c, p); })) { stop = 1; break; }
+        sh.wp[sh.nw++] = send_slot_ptr(c, p);
+      }
+      if (stp.dst) sh.wp[sh.nw++] = reinterpret_cast<char*>(stp.dst + off * sizeof(T));
+      sh.src = stp.src ? reinterpret_cast<const char*>(stp.src + off * sizeof(T)) : nullptr;
+      sh.pre = reduce && (stp.flags & GC_FLAG_PRE_OP) && stp.src;
+      sh.post = reduce && (stp.flags & GC_FLAG_POST_OP);
+      sh.n = n;
+      sh.stop = stop;
+    }
+    __syncthreads();
+    if (sh.stop) return false;
+    compute_op<T>(sh, a);
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (uint32_t i = 0; i < stp.nsend; i++) send_publish(c, stp.send[i], bytes);
+      for (uint32_t i = 0; i < stp.nrecv; i++) recv_release(c, stp.recv[i]);
+      bump_progress(c);
+    }
+    __syncthreads();
+  }
+  return true;
+}
+
+// Sends run ahead up to a FIFO; piece i is received only after piece i was
+// sent, so an in-place exchange never overwrites data it has not sent.
+template <typename T>
+__device__ bool run_exchange(Ctx& c, const GcStep& stp, PieceShared& sh) {
+  const GcArgs& a = *c.a;
+  const uint32_t to = stp.send[0], from = stp.recv[0];
+  const uint64_t count = stp.count;
+  if (to == a.rank || from == a.rank) {
+    if (to != from) {
+      if (threadIdx.x == 0) record_error(c, GC_ERR_BAD_STEP, to, 0, 0);
+      return false;
+    }
+    // Exchange with ourselves: a local copy.
+    if (stp.src != stp.dst) {
+      const T* s = reinterpret_cast<const T*>(stp.src);
+      T* d = reinterpret_cast<T*>(stp.dst);
+      for (uint64_t i = threadIdx.x; i < count; i += blockDim.x) d[i] = s[i];
+    }
+    __syncthreads();
+    return true;
+  }
+  const uint64_t pe = a.slot_bytes / sizeof(T);
+  const uint64_t npieces = (count + pe - 1) / pe;
+  __shared__ uint64_t sent, rcvd;
+  __shared__ int action;  // 0 send, 1 recv
+  if (threadIdx.x == 0) { sent = 0; rcvd = 0; }
+  __syncthreads();
+  for (;;) {
+    if (threadIdx.x == 0) {
+      int stop = 0;
+      if (sent == npieces && rcvd == npieces) {
+        stop = 2;
+      } else {
+        uint32_t spins = 0;
+        for (;;) {
+          if (sent < npieces && send_ready(c, to)) { action = 0; break; }
+          if (rcvd < sent && recv_ready(c, from)) { action = 1; break; }
+          if (++spins == GC_ABORT_SPINS) {
+            spins = 0;
+            if (aborted(a)) {
+              record_error(c, GC_ERR_ABORTED, rcvd < sent ? from : to, 0, 0);
+              stop = 1;
+              break;
+            }
+          }
+        }
+      }
+      if (!stop) {
+        uint64_t piece = action == 0 ? sent : rcvd;
+        uint64_t off = piece * pe;
+        uint64_t n = min(pe, count - off);
+        sh.n = n;
+        sh.pre = 0;
+        sh.post = 0;
+        sh.nw = 1;
+        if (action == 0) {
+          sh.src = reinterpret_cast<const char*>(stp.src + off * sizeof(T));
+          sh.nr = 0;
+          sh.wp[0] = send_slot_ptr(c, to);
+        } else {
+          bool ok;
+          sh.src = nullptr;
+          sh.nr = 1;
+          sh.rp[0] = recv_slot(c, from, n * sizeof(T), ok);
+          sh.wp[0] = reinterpret_cast<char*>(stp.dst + off * sizeof(T));
+          if (!ok) stop = 1;
+        }
+      }
+      sh.stop = stop;
+    }
+    __syncthreads();
+    if (sh.stop == 1) return false;
+    if (sh.stop == 2) break;
+    compute<T, GC_OP_SUM>(sh, a);  // a copy: one input, no reduction
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      if (action == 0) {
+        send_publish(c, to, sh.n * sizeof(T));
+        sent += 1;
+      } else {
+        recv_release(c, from);
+        rcvd += 1;
+      }
+      bump_progress(c);
+    }
+    __syncthreads();
+  }
+  __syncthreads();
+  return true;
+}
+
+template <typename T>
+__device__ void run_block(const GcArgs& a) {
+  __shared__ PieceShared sh;
+  const GcChan ch = reinterpret_cast<const GcChan*>(a.chans)[blockIdx.x];
+  Ctx c;
+  c.a = &a;
+  c.sc = reinterpret_cast<GcSendConn*>(a.send) + (uint64_t)ch.channel * a.nranks;
+  c.rc = reinterpret_cast<GcRecvConn*>(a.recv) + (uint64_t)ch.channel * a.nranks;
+  c.status = a.status + (uint64_t)ch.channel * sizeof(GcChanStatus);
+  c.progress = threadIdx.x == 0 ? ld_vol64(c.status + offsetof(GcChanStatus, progress)) : 0;
+  const GcStep* steps = reinterpret_cast<const GcStep*>(a.steps) + ch.first;
+  for (uint32_t i = 0; i < ch.nsteps; i++) {
+    const GcStep stp = steps[i];
+    bool ok;
+    if (stp.count == 0) continue;
+    if (stp.kind == GC_STEP_FLOW) {
+      ok = run_flow<T>(c, stp, sh);
+    } else if (stp.kind == GC_STEP_EXCHANGE) {
+      ok = run_exchange<T>(c, stp, sh);
+    } else {
+      if (threadIdx.x == 0) record_error(c, GC_ERR_BAD_STEP, 0, stp.kind, 0);
+      ok = false;
+    }
+    if (!ok) return;
+  }
+}
+
+#define GC_KERNEL(name, T) \
+  extern "C" __global__ void __launch_bounds__(GC_THREADS) name(GcArgs a) { run_block<T>(a); }
+
+GC_KERNEL(gc_run_i8, int8_t)
+GC_KERNEL(gc_run_u8, uint8_t)
+GC_KERNEL(gc_run_i32, int32_t)
+GC_KERNEL(gc_run_u32, uint32_t)
+GC_KERNEL(gc_run_i64, int64_t)
+GC_KERNEL(gc_run_u64, uint64_t)
+GC_KERNEL(gc_run_f16, __half)
+GC_KERNEL(gc_run_bf16, __nv_bfloat16)
+GC_KERNEL(gc_run_f32, float)
+GC_KERNEL(gc_run_f64, double)
+
+static_assert(sizeof(GcStep) == 64, "GcStep layout");
+static_assert(sizeof(GcSendConn) == 64, "GcSendConn layout");
+static_assert(sizeof(GcRecvConn) == 64, "GcRecvConn layout");
+static_assert(sizeof(GcChan) == 16, "GcChan layout");
+static_assert(sizeof(GcChanStatus) == 64, "GcChanStatus layout");
+static_assert(sizeof(GcArgs) == 96, "GcArgs layout");

@@ -1,0 +1,105 @@
+// Plain-old-data structures shared by the step-interpreter kernel and the
+// Rust side (src/backend/cuda/abi.rs mirrors every struct here field by
+// field; sizes are checked by static_asserts on both sides).
+#pragma once
+#include <stdint.h>
+
+#define GC_MAX_PEERS 3
+
+// Step kinds.
+#define GC_STEP_FLOW 0u
+#define GC_STEP_EXCHANGE 1u
+
+// Flow flags.
+#define GC_FLAG_REDUCE 1u
+#define GC_FLAG_PRE_OP 2u
+#define GC_FLAG_POST_OP 4u
+
+// Combine functions (same order as crate::op::Combine).
+#define GC_OP_SUM 0u
+#define GC_OP_PROD 1u
+#define GC_OP_MIN 2u
+#define GC_OP_MAX 3u
+
+// Error codes written into GcChanStatus::code.
+#define GC_ERR_NONE 0u
+#define GC_ERR_ABORTED 1u   // the abort word was raised (timeout, peer failure)
+#define GC_ERR_META 2u      // a received slot carried the wrong (seq, bytes)
+#define GC_ERR_BAD_STEP 3u  // a step the kernel cannot execute
+#define GC_ERR_COUNTERS 4u  // connector counters inconsistent
+
+// Byte offsets inside one connector (receiver side).
+#define GC_CONN_TAIL_OFF 0
+#define GC_CONN_META_OFF 128
+#define GC_CONN_HEADER 256   // enough for 16 slots of metadata
+#define GC_HEAD_STRIDE 128   // one head word per cache line pair
+
+// One step of one channel: 64 bytes.
+struct GcStep {
+  uint64_t src;    // device address of the source piece 0 (0: none)
+  uint64_t dst;    // device address of the destination (0: none)
+  uint64_t count;  // elements
+  uint32_t kind;   // GC_STEP_*
+  uint32_t flags;  // GC_FLAG_*
+  uint32_t nrecv;
+  uint32_t nsend;
+  uint32_t recv[GC_MAX_PEERS];  // peer ranks (Exchange: recv[0] = from)
+  uint32_t send[GC_MAX_PEERS];  // peer ranks (Exchange: send[0] = to)
+};
+
+// The send side of a connector as this rank sees it: 64 bytes.
+struct GcSendConn {
+  uint64_t data;   // address of slot 0 in the receiver's memory
+  uint64_t meta;   // address of the receiver's meta[0]
+  uint64_t tail;   // address of the receiver's tail word
+  uint64_t head;   // address of our head word (the receiver writes it)
+  uint64_t step;   // pieces sent so far (persistent across launches)
+  uint64_t pad[3];
+};
+
+// The receive side of a connector: 64 bytes.
+struct GcRecvConn {
+  uint64_t data;   // address of our slot 0
+  uint64_t meta;   // address of our meta[0]
+  uint64_t tail;   // address of our tail word (the sender writes it)
+  uint64_t head;   // address of the sender's head word for us
+  uint64_t step;   // pieces received so far (persistent across launches)
+  uint64_t pad[3];
+};
+
+// Per-block work: which channel and which steps. 16 bytes.
+struct GcChan {
+  uint32_t channel;
+  uint32_t first;
+  uint32_t nsteps;
+  uint32_t pad;
+};
+
+// Per-channel status in host-mapped memory: 64 bytes.
+struct GcChanStatus {
+  uint32_t code;      // GC_ERR_*
+  uint32_t peer;      // peer involved in the error
+  uint64_t got;       // metadata received (GC_ERR_META)
+  uint64_t want;      // metadata expected
+  uint64_t progress;  // pieces moved (monotone while the kernel runs)
+  uint64_t pad[4];
+};
+
+// Kernel arguments (passed by value).
+struct GcArgs {
+  uint64_t steps;      // const GcStep*
+  uint64_t chans;      // const GcChan*, one per block
+  uint64_t send;       // GcSendConn*, [channel * nranks + peer]
+  uint64_t recv;       // GcRecvConn*, [channel * nranks + peer]
+  uint64_t abort_word; // volatile uint64_t*, host-mapped (low half: host, high half: kernels)
+  uint64_t status;     // GcChanStatus*, host-mapped, [channel]
+  double scale;        // pre-op factor (floats)
+  uint64_t iscale;     // pre-op factor converted to the integer type (bits)
+  uint64_t div;        // post-op divisor
+  uint32_t nranks;
+  uint32_t rank;
+  uint32_t slot_bytes;
+  uint32_t slots;
+  uint32_t seq;        // low 32 bits of the collective's sequence number
+  uint32_t op;         // GC_OP_*
+};

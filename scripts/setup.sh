@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Install what gpucoll needs to build and run on a fresh Debian/Ubuntu machine.
+#
+# Idempotent: packages already present are not reinstalled, and when `mpicc`,
+# `mpirun`, libclang and the C toolchain are all there it installs nothing.
+#
+#   ./scripts/setup.sh            # as root, or as a user with sudo
+#
+# What and why:
+#   openmpi-bin libopenmpi-dev   mpirun and mpicc; mpi-sys's build script runs
+#                                `mpicc -show` to find MPI's headers and libs
+#   libclang-dev                 bindgen (inside mpi-sys) dlopens libclang and
+#                                needs clang's own headers (stddef.h, ...)
+#   pkg-config build-essential   the C compiler and linker the build uses
+#   cargo                        not installed here: see the message below
+set -euo pipefail
+
+log() { printf 'setup.sh: %s\n' "$*"; }
+die() { printf 'setup.sh: error: %s\n' "$*" >&2; exit 1; }
+
+# How to run a command as root: directly, through sudo, or not at all.
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        die "need root to run '$*' (not root and no sudo); install these packages by hand: ${MISSING_PKGS[*]}"
+    fi
+}
+
+have_libclang() {
+    # libclang.so (or a versioned one) somewhere the loader or clang-sys finds it,
+    # plus clang's resource headers (the -dev package brings them).
+    if [ -n "${LIBCLANG_PATH:-}" ] && ls "$LIBCLANG_PATH"/libclang*.so* >/dev/null 2>&1; then
+        return 0
+    fi
+    local found=""
+    for d in /usr/lib/llvm-*/lib /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib64 /usr/lib; do
+        if ls "$d"/libclang.so* "$d"/libclang-[0-9]*.so* >/dev/null 2>&1; then
+            found=yes
+            break
+        fi
+    done
+    [ -n "$found" ] || return 1
+    # Resource headers (stddef.h) of some clang version.
+    ls /usr/lib/llvm-*/lib/clang/*/include/stddef.h >/dev/null 2>&1 ||
+        ls /usr/lib/clang/*/include/stddef.h >/dev/null 2>&1
+}
+
+MISSING_PKGS=()
+
+check_system_packages() {
+    command -v mpicc >/dev/null 2>&1 || MISSING_PKGS+=(libopenmpi-dev)
+    command -v mpirun >/dev/null 2>&1 || MISSING_PKGS+=(openmpi-bin)
+    have_libclang || MISSING_PKGS+=(libclang-dev)
+    command -v pkg-config >/dev/null 2>&1 || MISSING_PKGS+=(pkg-config)
+    { command -v cc >/dev/null 2>&1 && command -v make >/dev/null 2>&1; } || MISSING_PKGS+=(build-essential)
+}
+
+install_system_packages() {
+    check_system_packages
+    if [ "${#MISSING_PKGS[@]}" -eq 0 ]; then
+        log "MPI (mpicc, mpirun), libclang and the C toolchain are present; nothing to install"
+        return 0
+    fi
+    command -v apt-get >/dev/null 2>&1 ||
+        die "missing ${MISSING_PKGS[*]} and this is not a Debian/Ubuntu system (no apt-get); install Open MPI (or MPICH) with mpicc, libclang and a C compiler by hand"
+    log "installing: ${MISSING_PKGS[*]}"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${MISSING_PKGS[@]}"
+    MISSING_PKGS=()
+    check_system_packages
+    [ "${#MISSING_PKGS[@]}" -eq 0 ] || die "still missing after apt-get: ${MISSING_PKGS[*]}"
+}
+
+check_rust() {
+    if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+        log "cargo is in $HOME/.cargo/bin but not on PATH: run 'source \$HOME/.cargo/env' (or add it to PATH)"
+        export PATH="$HOME/.cargo/bin:$PATH"
+    fi
+    command -v cargo >/dev/null 2>&1 ||
+        die "cargo not found. Install Rust (1.78 or newer) with rustup: https://rustup.rs (curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh), then 'source \$HOME/.cargo/env'"
+    log "$(cargo --version)"
+    # CI runs cargo fmt and cargo clippy.
+    local comp missing=()
+    for comp in rustfmt clippy; do
+        cargo "${comp/rustfmt/fmt}" --version >/dev/null 2>&1 || missing+=("$comp")
+    done
+    if [ "${#missing[@]}" -gt 0 ]; then
+        if command -v rustup >/dev/null 2>&1; then
+            log "adding rustup components: ${missing[*]}"
+            rustup component add "${missing[@]}"
+        else
+            log "warning: cargo ${missing[*]} missing and no rustup to add them (only CI's lint step needs them)"
+        fi
+    fi
+}
+
+# CUDA toolchain for the (future) cuda backend: nvcc and headers from pinned
+# PyPI wheels. Nothing needs it yet, so it does nothing and is not called.
+install_cuda_toolchain() {
+    log "the CUDA backend is not part of this build yet; no CUDA toolchain installed"
+}
+
+main() {
+    install_system_packages
+    check_rust
+    log "ok"
+}
+
+main "$@"

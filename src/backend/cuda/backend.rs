@@ -1,0 +1,1245 @@
+//! [`CudaBackend`]: connectors, launches and completion.
+
+use super::abi::*;
+use super::driver::{self, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream};
+use super::memory::{bind, DevMem, DeviceCtx, PinnedMem};
+use super::shm::{self, Segment};
+use crate::backend::{Backend, BackendCaps, Launch, LinkCost, PendingWork};
+use crate::buffer::{MemoryKind, RawBuffer};
+use crate::config::Config;
+use crate::datatype::Datatype;
+use crate::error::{Error, Result};
+use crate::mpi::MpiComm;
+use crate::op::Combine;
+use crate::plan::{BufId, Region, Step};
+use crate::topo::Topology;
+use crate::tune::Protocol;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Slots per FIFO (NCCL's `NCCL_STEPS`).
+pub const FIFO_SLOTS: usize = 8;
+const MAX_CHANNELS_P2P: usize = 16;
+const SLOT_BYTES_P2P: usize = 512 << 10;
+const MAX_CHANNELS_SHM: usize = 4;
+const SLOT_BYTES_SHM: usize = 64 << 10;
+/// Threads per block (must match `GC_THREADS` in the kernel).
+const THREADS: u32 = 512;
+/// How long a kernel may take to leave after its abort word was raised
+/// before `wait` gives up on it (and leaks its memory).
+const ABORT_GRACE: Duration = Duration::from_secs(10);
+
+/// Per channel, one NVLink peer copy by one block: order of magnitude only.
+const INTRA_P2P: LinkCost = LinkCost {
+    latency_us: 4.0,
+    bandwidth_gbs: 20.0,
+};
+const INTRA_SHM: LinkCost = LinkCost {
+    latency_us: 6.0,
+    bandwidth_gbs: 5.0,
+};
+const INTER: LinkCost = LinkCost {
+    latency_us: 10.0,
+    bandwidth_gbs: 3.0,
+};
+const LAUNCH_US: f64 = 8.0;
+
+static FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gpucoll_kernels.fatbin"));
+
+/// `GPUCOLL_P2P_DISABLE=1`: connectors in host shared memory instead of
+/// peer device memory. A malformed value is an error.
+pub fn p2p_disabled() -> Result<bool> {
+    match std::env::var("GPUCOLL_P2P_DISABLE") {
+        Err(_) => Ok(false),
+        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "" | "0" | "false" | "no" | "off" => Ok(false),
+            "1" | "true" | "yes" | "on" => Ok(true),
+            _ => Err(Error::Config {
+                name: "GPUCOLL_P2P_DISABLE",
+                value: v,
+                reason: "expected 0 or 1".into(),
+            }),
+        },
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    P2p,
+    Shm,
+}
+
+/// Where every connector lives, identical on all ranks.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    nranks: u64,
+    channels: u64,
+    slots: u64,
+    slot_bytes: u64,
+}
+
+impl Layout {
+    fn conn_bytes(&self) -> u64 {
+        CONN_HEADER + self.slots * self.slot_bytes
+    }
+    fn heads_bytes(&self) -> u64 {
+        self.channels * self.nranks * HEAD_STRIDE
+    }
+    /// The head word the receiver `receiver` writes, in the sender's area.
+    fn head_off(&self, c: u64, receiver: u64) -> u64 {
+        (c * self.nranks + receiver) * HEAD_STRIDE
+    }
+    /// The connector from `sender`, in the receiver's area.
+    fn conn_off(&self, c: u64, sender: u64) -> u64 {
+        self.heads_bytes() + (c * self.nranks + sender) * self.conn_bytes()
+    }
+    fn total(&self) -> u64 {
+        self.heads_bytes() + self.channels * self.nranks * self.conn_bytes()
+    }
+}
+
+/// A pinned host + device pair for uploading a launch's steps.
+struct WorkBuf {
+    host: PinnedMem,
+    dev: DevMem,
+}
+
+struct Inner {
+    rank: usize,
+    nranks: usize,
+    local_rank: usize,
+    ctx: DeviceCtx,
+    module: CUmodule,
+    funcs: [CUfunction; 10],
+    stream: CUstream,
+    layout: Layout,
+    timeout: Duration,
+    /// Control segments of every local rank (ours at `local_rank`).
+    segs: Vec<Segment>,
+    /// Our P2P block (heads + receive FIFOs).
+    _fifo: Option<DevMem>,
+    /// Peers' P2P blocks opened through IPC.
+    peer_blocks: Vec<CUdeviceptr>,
+    send_conns: DevMem,
+    recv_conns: DevMem,
+    pool: Mutex<Vec<WorkBuf>>,
+    aborted: AtomicBool,
+    failed_flag: AtomicBool,
+    failed: Mutex<Option<String>>,
+}
+
+// SAFETY: the raw CUDA handles (module, functions, stream) are usable from
+// any thread once the context is bound (every entry point binds it); the
+// mutable state is behind atomics and mutexes.
+unsafe impl Send for Inner {}
+// SAFETY: as above.
+unsafe impl Sync for Inner {}
+
+impl Inner {
+    fn own(&self) -> &Segment {
+        &self.segs[self.local_rank]
+    }
+
+    fn state_error(&self) -> Option<Error> {
+        if !self.failed_flag.load(Ordering::Acquire) && !self.aborted.load(Ordering::Acquire) {
+            return None;
+        }
+        let reason = self
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_else(|| "aborted".into());
+        Some(Error::CommunicatorFailed(reason))
+    }
+
+    /// Mark failed (first reason wins) and raise every local abort word.
+    fn mark_failed(&self, reason: String) -> bool {
+        let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        if f.is_some() {
+            return false;
+        }
+        self.own()
+            .write_reason(&format!("rank {}: {reason}", self.rank));
+        for s in &self.segs {
+            s.raise_abort(self.local_rank);
+        }
+        *f = Some(reason);
+        self.failed_flag.store(true, Ordering::Release);
+        true
+    }
+
+    /// The local rank (other than us) that raised our abort word, if any.
+    fn peer_raiser(&self) -> Option<usize> {
+        let w = self.own().abort_word() & 0xffff_ffff;
+        (w != 0 && w - 1 != self.local_rank as u64).then(|| (w - 1) as usize)
+    }
+
+    fn peer_reason(&self, who: usize) -> String {
+        self.segs
+            .get(who)
+            .and_then(|s| s.reason())
+            .unwrap_or_else(|| format!("local rank {who} raised the abort flag without a reason"))
+    }
+
+    fn status_word(&self, c: usize, off: usize) -> u64 {
+        self.own()
+            .read_u64(shm::STATUS_OFF + c * std::mem::size_of::<GcChanStatus>() + off)
+    }
+
+    fn progress_sum(&self) -> u64 {
+        (0..self.layout.channels as usize)
+            .map(|c| self.status_word(c, 24))
+            .fold(0u64, u64::wrapping_add)
+    }
+
+    fn take_work(&self, bytes: usize) -> Result<WorkBuf> {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = pool.iter().position(|w| w.host.bytes >= bytes) {
+            return Ok(pool.swap_remove(i));
+        }
+        drop(pool);
+        let cap = bytes.next_power_of_two().max(64 << 10);
+        Ok(WorkBuf {
+            host: PinnedMem::alloc(cap)?,
+            dev: DevMem::alloc(cap)?,
+        })
+    }
+
+    fn give_work(&self, w: WorkBuf) {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        if pool.len() < 8 {
+            pool.push(w);
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if bind(self.ctx.ordinal).is_ok() {
+            let _ = driver::stream_synchronize(self.stream);
+            self.pool
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .clear();
+            for &p in &self.peer_blocks {
+                if p != 0 {
+                    driver::ipc_close(p);
+                }
+            }
+            driver::stream_destroy(self.stream);
+            driver::module_unload(self.module);
+        }
+    }
+}
+
+/// The CUDA backend of one communicator: one GPU per process
+/// (`local_rank % device_count`; several ranks may share a GPU).
+pub struct CudaBackend {
+    inner: Arc<Inner>,
+    caps: BackendCaps,
+}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaBackend")
+            .field("rank", &self.inner.rank)
+            .field("gpu", &self.inner.ctx.ordinal)
+            .field("layout", &self.inner.layout)
+            .finish()
+    }
+}
+
+/// Whether every rank succeeded; the first local error wins, else a
+/// description of the ranks that failed. Collective over `mpi`.
+fn agree<T>(mpi: &MpiComm, mine: Result<T>, what: &str) -> Result<T> {
+    let all = mpi.allgather_bytes(&[mine.is_ok() as u8])?;
+    let failed: Vec<usize> = all
+        .iter()
+        .enumerate()
+        .filter(|(_, &b)| b == 0)
+        .map(|(r, _)| r)
+        .collect();
+    match mine {
+        Err(e) => Err(e),
+        Ok(_) if !failed.is_empty() => Err(Error::Backend(format!(
+            "CUDA backend setup: ranks {failed:?} could not {what}"
+        ))),
+        Ok(v) => Ok(v),
+    }
+}
+
+fn random_tag() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    if let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(d.as_nanos());
+    }
+    h.finish()
+}
+
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[i * 8..i * 8 + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// What stage 1 produces on each rank.
+struct Local {
+    ctx: DeviceCtx,
+    module: CUmodule,
+    funcs: [CUfunction; 10],
+    stream: CUstream,
+}
+
+fn load_local(ordinal: i32) -> Result<Local> {
+    let ctx = bind(ordinal)?;
+    // cuModuleLoadData wants an aligned image; the embedded bytes are not.
+    let mut image = vec![0u64; FATBIN.len().div_ceil(8) + 1];
+    // SAFETY: the vector holds at least FATBIN.len() bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(FATBIN.as_ptr(), image.as_mut_ptr() as *mut u8, FATBIN.len())
+    };
+    // SAFETY: u64 storage viewed as bytes, same allocation and length.
+    let bytes = unsafe { std::slice::from_raw_parts(image.as_ptr() as *const u8, FATBIN.len()) };
+    let module = driver::module_load(bytes)?;
+    let mut funcs = [std::ptr::null_mut(); 10];
+    for d in Datatype::ALL {
+        let name = std::ffi::CString::new(format!("gc_run_{}", d.rust_name()))
+            .map_err(|_| Error::Backend("kernel name".into()))?;
+        match driver::module_function(module, &name) {
+            Ok(f) => funcs[d as usize] = f,
+            Err(e) => {
+                driver::module_unload(module);
+                return Err(e);
+            }
+        }
+    }
+    let stream = match driver::stream_create() {
+        Ok(s) => s,
+        Err(e) => {
+            driver::module_unload(module);
+            return Err(e);
+        }
+    };
+    Ok(Local {
+        ctx,
+        module,
+        funcs,
+        stream,
+    })
+}
+
+impl CudaBackend {
+    /// Set up connectors with every rank of the communicator. Collective
+    /// over `mpi`: every rank must call it.
+    pub fn new(mpi: Arc<MpiComm>, topo: &Topology, config: &Config) -> Result<CudaBackend> {
+        let (rank, nranks) = (topo.rank, topo.nranks);
+        if mpi.rank() != rank || mpi.size() != nranks {
+            return Err(Error::Backend(format!(
+                "topology (rank {rank} of {nranks}) does not match the MPI communicator \
+                 (rank {} of {})",
+                mpi.rank(),
+                mpi.size()
+            )));
+        }
+        if topo.nnodes() > 1 {
+            return Err(Error::Backend(
+                "the CUDA backend does not yet support multi-node communicators; \
+                 use GPUCOLL_BACKEND=host"
+                    .into(),
+            ));
+        }
+        let local_rank = topo.local_rank();
+        let local_size = topo.local_size();
+        let p2p_off = p2p_disabled();
+
+        // Stage 1: driver, device, module, stream.
+        let local = p2p_off.clone().and_then(|_| {
+            if !driver::available() {
+                return Err(Error::Backend(
+                    "the CUDA backend needs the CUDA driver (libcuda.so), which is not \
+                     available on this machine; use GPUCOLL_BACKEND=host"
+                        .into(),
+                ));
+            }
+            let n = driver::device_count()?;
+            if n == 0 {
+                return Err(Error::Backend("the CUDA driver shows no GPU".into()));
+            }
+            load_local((local_rank % n) as i32)
+        });
+        let local = agree(&mpi, local, "initialize CUDA")?;
+        let Local {
+            ctx,
+            module,
+            funcs,
+            stream,
+        } = local;
+        // From here on, failures must release what stage 1 created.
+        let cleanup = |e: Error| {
+            driver::stream_destroy(stream);
+            driver::module_unload(module);
+            e
+        };
+        let p2p_off = p2p_off.unwrap_or(true);
+
+        // Stage 2: identities, device ordinals, P2P feasibility.
+        let tag = random_tag();
+        let mine: Vec<u8> = [
+            std::process::id() as u64,
+            tag,
+            ctx.ordinal as u64,
+            p2p_off as u64,
+        ]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+        let all = mpi.allgather_bytes(&mine).map_err(cleanup)?;
+        if all.len() != 32 * nranks {
+            return Err(cleanup(Error::Backend(
+                "CUDA backend setup exchange was truncated".into(),
+            )));
+        }
+        let pids: Vec<u32> = (0..nranks).map(|r| u64_at(&all, r * 4) as u32).collect();
+        let tag = u64_at(&all, 1);
+        let ords: Vec<i32> = (0..nranks)
+            .map(|r| u64_at(&all, r * 4 + 2) as i32)
+            .collect();
+        let any_off = (0..nranks).any(|r| u64_at(&all, r * 4 + 3) != 0);
+        let can_p2p = (|| -> Result<bool> {
+            for &o in &ords {
+                if o != ctx.ordinal {
+                    let peer = driver::device_get(o)?;
+                    if !driver::can_access_peer(ctx.dev, peer)? {
+                        return Ok(false);
+                    }
+                }
+            }
+            Ok(true)
+        })()
+        .unwrap_or(false);
+        let oks = mpi.allgather_bytes(&[can_p2p as u8]).map_err(cleanup)?;
+        let transport = if any_off || oks.contains(&0) {
+            Transport::Shm
+        } else {
+            Transport::P2p
+        };
+        let (channels, slot_bytes) = match transport {
+            Transport::P2p => (MAX_CHANNELS_P2P, SLOT_BYTES_P2P),
+            Transport::Shm => (MAX_CHANNELS_SHM, SLOT_BYTES_SHM),
+        };
+        let layout = Layout {
+            nranks: nranks as u64,
+            channels: channels as u64,
+            slots: FIFO_SLOTS as u64,
+            slot_bytes: slot_bytes as u64,
+        };
+
+        // Stage 3: control segments (plus the FIFOs for SHM).
+        let seg_bytes = shm::CONTROL_BYTES
+            + match transport {
+                Transport::Shm => layout.total() as usize,
+                Transport::P2p => 0,
+            };
+        let seg_bytes = seg_bytes.div_ceil(4096) * 4096;
+        let node: Vec<usize> = topo.nodes[topo.node()].clone();
+        let own = Segment::create(&shm::segment_name(pids[rank], tag, local_rank), seg_bytes);
+        let own = agree(&mpi, own, "create their shared memory segment").map_err(cleanup)?;
+        let mut own = Some(own);
+        let segs: Result<Vec<Segment>> = node
+            .iter()
+            .enumerate()
+            .map(|(l, &r)| {
+                if l == local_rank {
+                    own.take()
+                        .ok_or_else(|| Error::Backend("own segment taken twice".into()))
+                } else {
+                    Segment::open(&shm::segment_name(pids[r], tag, l), seg_bytes)
+                }
+            })
+            .collect();
+        let mut segs =
+            agree(&mpi, segs, "map their peers' shared memory segments").map_err(cleanup)?;
+        segs[local_rank].unlink();
+        let reg = (|| -> Result<()> {
+            for (l, s) in segs.iter_mut().enumerate() {
+                if l == local_rank || transport == Transport::Shm {
+                    s.register()?;
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = agree(&mpi, reg, "register shared memory with CUDA") {
+            drop(segs);
+            return Err(cleanup(e));
+        }
+
+        // Stage 4: FIFO memory of every rank, as device addresses.
+        let mut fifo: Option<DevMem> = None;
+        let mut peer_blocks = vec![0u64; nranks];
+        let bases: Result<Vec<u64>> = match transport {
+            Transport::Shm => node
+                .iter()
+                .enumerate()
+                .map(|(l, _)| segs[l].dev_at(shm::CONTROL_BYTES))
+                .collect(),
+            Transport::P2p => {
+                let block = DevMem::zeroed(layout.total() as usize)
+                    .and_then(|m| driver::ipc_get_handle(m.ptr).map(|h| (m, h)));
+                agree(&mpi, block, "allocate and export their FIFO memory").and_then(|(m, h)| {
+                    let handles = mpi.allgather_bytes(&h)?;
+                    if handles.len() != nranks * driver::IPC_HANDLE_BYTES {
+                        return Err(Error::Backend(
+                            "CUDA IPC handle exchange was truncated".into(),
+                        ));
+                    }
+                    let own_ptr = m.ptr;
+                    fifo = Some(m);
+                    let opened: Result<()> = (|| {
+                        for r in 0..nranks {
+                            if r == rank {
+                                peer_blocks[r] = 0;
+                                continue;
+                            }
+                            let mut hh = [0u8; driver::IPC_HANDLE_BYTES];
+                            hh.copy_from_slice(
+                                &handles[r * driver::IPC_HANDLE_BYTES
+                                    ..(r + 1) * driver::IPC_HANDLE_BYTES],
+                            );
+                            peer_blocks[r] = driver::ipc_open(&hh)?;
+                        }
+                        Ok(())
+                    })();
+                    agree(&mpi, opened, "open their peers' FIFO memory (CUDA IPC)")?;
+                    Ok((0..nranks)
+                        .map(|r| if r == rank { own_ptr } else { peer_blocks[r] })
+                        .collect())
+                })
+            }
+        };
+        let close_ipc = |blocks: &[u64]| {
+            for &p in blocks {
+                if p != 0 {
+                    driver::ipc_close(p);
+                }
+            }
+        };
+        let bases = match bases {
+            Ok(b) => b,
+            Err(e) => {
+                close_ipc(&peer_blocks);
+                drop(fifo);
+                drop(segs);
+                return Err(cleanup(e));
+            }
+        };
+
+        // Stage 5: connector tables.
+        let me = rank as u64;
+        let n = nranks;
+        let mut send = vec![GcConn::default(); channels * n];
+        let mut recv = vec![GcConn::default(); channels * n];
+        for c in 0..channels as u64 {
+            for p in 0..n {
+                if p == rank {
+                    continue;
+                }
+                let pu = p as u64;
+                let rbase = bases[rank] + layout.conn_off(c, pu);
+                recv[c as usize * n + p] = GcConn {
+                    data: rbase + CONN_HEADER,
+                    meta: rbase + CONN_META_OFF,
+                    tail: rbase + CONN_TAIL_OFF,
+                    head: bases[p] + layout.head_off(c, me),
+                    ..GcConn::default()
+                };
+                let sbase = bases[p] + layout.conn_off(c, me);
+                send[c as usize * n + p] = GcConn {
+                    data: sbase + CONN_HEADER,
+                    meta: sbase + CONN_META_OFF,
+                    tail: sbase + CONN_TAIL_OFF,
+                    head: bases[rank] + layout.head_off(c, pu),
+                    ..GcConn::default()
+                };
+            }
+        }
+        let tables = (|| -> Result<(DevMem, DevMem)> {
+            let bytes = std::mem::size_of_val(send.as_slice());
+            let s = DevMem::alloc(bytes)?;
+            let r = DevMem::alloc(bytes)?;
+            // SAFETY: both device blocks and host vectors hold `bytes` bytes.
+            unsafe {
+                driver::memcpy_htod(s.ptr, send.as_ptr() as *const u8, bytes)?;
+                driver::memcpy_htod(r.ptr, recv.as_ptr() as *const u8, bytes)?;
+            }
+            Ok((s, r))
+        })();
+        let (send_conns, recv_conns) = match agree(&mpi, tables, "upload their connector tables") {
+            Ok(t) => t,
+            Err(e) => {
+                close_ipc(&peer_blocks);
+                drop(fifo);
+                drop(segs);
+                return Err(cleanup(e));
+            }
+        };
+
+        let inner = Arc::new(Inner {
+            rank,
+            nranks,
+            local_rank,
+            ctx,
+            module,
+            funcs,
+            stream,
+            layout,
+            timeout: config.timeout,
+            segs,
+            _fifo: fifo,
+            peer_blocks,
+            send_conns,
+            recv_conns,
+            pool: Mutex::new(Vec::new()),
+            aborted: AtomicBool::new(false),
+            failed_flag: AtomicBool::new(false),
+            failed: Mutex::new(None),
+        });
+        let caps = BackendCaps {
+            protocols: vec![Protocol::Simple],
+            max_channels: channels,
+            slot_bytes: slot_bytes as u64,
+            fifo_slots: FIFO_SLOTS as u64,
+            intra: match transport {
+                Transport::P2p => INTRA_P2P,
+                Transport::Shm => INTRA_SHM,
+            },
+            inter: INTER,
+            launch_us: LAUNCH_US,
+            direct: false,
+        };
+        tracing::info!(
+            rank,
+            gpu = ctx.ordinal,
+            pci = driver::device_pci_bus_id(ctx.dev).unwrap_or_default(),
+            transport = ?transport,
+            channels,
+            slot_bytes,
+            local_size,
+            fifo_bytes = layout.total(),
+            "cuda backend ready"
+        );
+        Ok(CudaBackend { inner, caps })
+    }
+
+    /// The GPU this backend runs on.
+    pub fn device_ordinal(&self) -> i32 {
+        self.inner.ctx.ordinal
+    }
+}
+
+/// Resources of one submission, released when it completed.
+struct Resources {
+    mems: Vec<DevMem>,
+    /// (host destination, device source, bytes) copied after completion.
+    copy_back: Vec<(u64, u64, usize)>,
+    work: Option<WorkBuf>,
+}
+
+/// A buffer as the kernel sees it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Mem {
+    addr: u64,
+    elems: u64,
+}
+
+fn plan_error(seq: u64, ch: usize, step: usize, msg: impl std::fmt::Display) -> Error {
+    Error::Backend(format!(
+        "invalid plan for collective #{seq}, channel {ch}, step {step}: {msg}"
+    ))
+}
+
+fn int_scale(dtype: Datatype, s: f64) -> u64 {
+    match dtype {
+        Datatype::I8 => s as i8 as i64 as u64,
+        Datatype::U8 => s as u8 as u64,
+        Datatype::I32 => s as i32 as i64 as u64,
+        Datatype::U32 => s as u32 as u64,
+        Datatype::I64 => s as i64 as u64,
+        Datatype::U64 => s as u64,
+        _ => 0,
+    }
+}
+
+impl Inner {
+    fn check_kind(&self, b: &RawBuffer, what: &str, seq: u64) -> Result<()> {
+        match b.memory {
+            MemoryKind::Device { ordinal } if ordinal != self.ctx.ordinal && b.len > 0 => {
+                Err(Error::WrongMemory(format!(
+                    "the {what} buffer of collective #{seq} is on GPU {ordinal}, but this \
+                     communicator's rank runs on GPU {}",
+                    self.ctx.ordinal
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Stage host memory into device memory; device buffers pass through.
+    fn resolve(
+        &self,
+        input: &RawBuffer,
+        output: &RawBuffer,
+        seq: u64,
+        res: &mut Resources,
+    ) -> Result<(Mem, Mem)> {
+        self.check_kind(input, "input", seq)?;
+        self.check_kind(output, "output", seq)?;
+        let empty = |b: &RawBuffer| b.len == 0 || b.addr == 0;
+        let bytes = |b: &RawBuffer| -> Result<usize> {
+            usize::try_from(b.bytes()).map_err(|_| Error::CountTooLarge(b.len))
+        };
+        let host = |b: &RawBuffer| !empty(b) && b.memory == MemoryKind::Host;
+        let direct = |b: &RawBuffer| {
+            if empty(b) {
+                Mem::default()
+            } else {
+                Mem {
+                    addr: b.addr,
+                    elems: b.len,
+                }
+            }
+        };
+        let stage = |lo: u64, n: usize, res: &mut Resources| -> Result<u64> {
+            let m = DevMem::alloc(n)?;
+            // SAFETY: the caller's host range [lo, lo+n) is valid for reads
+            // (Backend::submit contract); the block holds n bytes.
+            unsafe { driver::memcpy_htod(m.ptr, lo as usize as *const u8, n)? };
+            let p = m.ptr;
+            res.mems.push(m);
+            Ok(p)
+        };
+        match (host(input), host(output)) {
+            (false, false) => Ok((direct(input), direct(output))),
+            (true, true) if input.overlaps(output) || input.addr == output.addr => {
+                let lo = input.addr.min(output.addr);
+                let hi = (input.addr + input.bytes()).max(output.addr + output.bytes());
+                let n = usize::try_from(hi - lo).map_err(|_| Error::CountTooLarge(hi - lo))?;
+                let d = stage(lo, n, res)?;
+                res.copy_back
+                    .push((output.addr, d + (output.addr - lo), bytes(output)?));
+                Ok((
+                    Mem {
+                        addr: d + (input.addr - lo),
+                        elems: input.len,
+                    },
+                    Mem {
+                        addr: d + (output.addr - lo),
+                        elems: output.len,
+                    },
+                ))
+            }
+            (hi, ho) => {
+                let i = if hi {
+                    Mem {
+                        addr: stage(input.addr, bytes(input)?, res)?,
+                        elems: input.len,
+                    }
+                } else {
+                    direct(input)
+                };
+                let o = if ho {
+                    let d = stage(output.addr, bytes(output)?, res)?;
+                    res.copy_back.push((output.addr, d, bytes(output)?));
+                    Mem {
+                        addr: d,
+                        elems: output.len,
+                    }
+                } else {
+                    direct(output)
+                };
+                Ok((i, o))
+            }
+        }
+    }
+
+    unsafe fn submit(self: &Arc<Self>, launch: Launch) -> Result<CudaPending> {
+        if let Some(e) = self.state_error() {
+            return Err(e);
+        }
+        bind(self.ctx.ordinal)?;
+        let mut res = Resources {
+            mems: Vec::new(),
+            copy_back: Vec::new(),
+            work: None,
+        };
+        let mut steps: Vec<GcStep> = Vec::new();
+        let mut chans: Vec<GcChan> = Vec::new();
+        // Per item: (first chan, nchans, args).
+        let mut launches: Vec<(usize, usize, GcArgs, Datatype)> = Vec::new();
+        let n = self.nranks;
+        for (k, bp) in launch.items.iter().enumerate() {
+            let seq = launch.first_seq + k as u64;
+            let plan = &bp.plan;
+            let dtype = plan.task.dtype;
+            let esize = dtype.size() as u64;
+            let (input, output) = self.resolve(&bp.input, &bp.output, seq, &mut res)?;
+            let scratch = if plan.scratch_elems > 0 {
+                let b = plan
+                    .scratch_elems
+                    .checked_mul(esize)
+                    .and_then(|b| usize::try_from(b).ok())
+                    .ok_or(Error::CountTooLarge(plan.scratch_elems))?;
+                let m = DevMem::alloc(b)?;
+                let s = Mem {
+                    addr: m.ptr,
+                    elems: plan.scratch_elems,
+                };
+                res.mems.push(m);
+                s
+            } else {
+                Mem::default()
+            };
+            let mem = |b: BufId| match b {
+                BufId::Input => input,
+                BufId::Output => output,
+                BufId::Scratch => scratch,
+            };
+            let red = plan.reduction;
+            let first_chan = chans.len();
+            for cw in &plan.channels {
+                let ch = cw.channel;
+                if cw.steps.iter().all(|s| s.count() == 0) {
+                    continue;
+                }
+                if ch >= self.layout.channels as usize {
+                    return Err(plan_error(
+                        seq,
+                        ch,
+                        0,
+                        format!("only {} channels", self.layout.channels),
+                    ));
+                }
+                let first = steps.len();
+                for (i, step) in cw.steps.iter().enumerate() {
+                    let count = step.count();
+                    if count == 0 {
+                        continue;
+                    }
+                    let region = |r: Region| -> Result<u64> {
+                        let m = mem(r.buf);
+                        match r.offset.checked_add(count) {
+                            Some(end) if end <= m.elems && m.addr != 0 => {
+                                Ok(m.addr + r.offset * esize)
+                            }
+                            _ => Err(plan_error(
+                                seq,
+                                ch,
+                                i,
+                                format!(
+                                    "elements {}..+{count} of the {:?} buffer, which holds {}",
+                                    r.offset, r.buf, m.elems
+                                ),
+                            )),
+                        }
+                    };
+                    let peer = |p: usize, flow: bool| -> Result<u32> {
+                        if p >= n || (flow && p == self.rank) {
+                            return Err(plan_error(seq, ch, i, format!("peer {p} of {n} ranks")));
+                        }
+                        Ok(p as u32)
+                    };
+                    let mut g = GcStep {
+                        count,
+                        ..GcStep::default()
+                    };
+                    match step {
+                        Step::Flow(f) => {
+                            let inputs = f.recv.len() + f.src.is_some() as usize;
+                            if (!f.reduce && inputs > 1) || inputs == 0 {
+                                return Err(plan_error(
+                                    seq,
+                                    ch,
+                                    i,
+                                    "flow with a bad number of inputs",
+                                ));
+                            }
+                            g.kind = STEP_FLOW;
+                            g.src = f.src.map(region).transpose()?.unwrap_or(0);
+                            g.dst = f.dst.map(region).transpose()?.unwrap_or(0);
+                            if f.reduce {
+                                g.flags |= FLAG_REDUCE;
+                                if f.pre_op && red.pre_scale.is_some() {
+                                    g.flags |= FLAG_PRE_OP;
+                                }
+                                if f.post_op && red.post_div.is_some() {
+                                    g.flags |= FLAG_POST_OP;
+                                }
+                            }
+                            for (j, p) in f.recv.iter().enumerate() {
+                                g.recv[j] = peer(p, true)?;
+                            }
+                            for (j, p) in f.send.iter().enumerate() {
+                                g.send[j] = peer(p, true)?;
+                            }
+                            g.nrecv = f.recv.len() as u32;
+                            g.nsend = f.send.len() as u32;
+                        }
+                        Step::Exchange {
+                            to, src, from, dst, ..
+                        } => {
+                            g.kind = STEP_EXCHANGE;
+                            g.src = region(*src)?;
+                            g.dst = region(*dst)?;
+                            g.send[0] = peer(*to, false)?;
+                            g.recv[0] = peer(*from, false)?;
+                            g.nsend = 1;
+                            g.nrecv = 1;
+                        }
+                    }
+                    steps.push(g);
+                }
+                chans.push(GcChan {
+                    channel: ch as u32,
+                    first: first as u32,
+                    nsteps: (steps.len() - first) as u32,
+                    pad: 0,
+                });
+            }
+            let nchans = chans.len() - first_chan;
+            if nchans == 0 {
+                continue;
+            }
+            let args = GcArgs {
+                send: self.send_conns.ptr,
+                recv: self.recv_conns.ptr,
+                abort_word: self.own().dev_at(0)?,
+                status: self.own().dev_at(shm::STATUS_OFF)?,
+                scale: red.pre_scale.unwrap_or(1.0),
+                iscale: int_scale(dtype, red.pre_scale.unwrap_or(1.0)),
+                div: red.post_div.unwrap_or(1).max(1),
+                nranks: n as u32,
+                rank: self.rank as u32,
+                slot_bytes: self.layout.slot_bytes as u32,
+                slots: self.layout.slots as u32,
+                seq: seq as u32,
+                op: match red.combine {
+                    Combine::Sum => 0,
+                    Combine::Prod => 1,
+                    Combine::Min => 2,
+                    Combine::Max => 3,
+                },
+                ..GcArgs::default()
+            };
+            launches.push((first_chan, nchans, args, dtype));
+        }
+        let event = driver::event_create()?;
+        let mut pending = CudaPending {
+            inner: self.clone(),
+            event,
+            res: None,
+            seq: launch.first_seq,
+            done: None,
+            last_sum: self.progress_sum(),
+            last_progress: Instant::now(),
+            abort_seen: None,
+            timed_out: false,
+        };
+        if !launches.is_empty() {
+            let sbytes = std::mem::size_of_val(steps.as_slice());
+            let cbytes = std::mem::size_of_val(chans.as_slice());
+            let work = self.take_work(sbytes + cbytes)?;
+            // SAFETY: the pinned buffer holds at least sbytes + cbytes bytes and
+            // is ours until this submission completed (it returns to the pool then).
+            unsafe {
+                std::ptr::copy_nonoverlapping(steps.as_ptr() as *const u8, work.host.host, sbytes);
+                std::ptr::copy_nonoverlapping(
+                    chans.as_ptr() as *const u8,
+                    work.host.host.add(sbytes),
+                    cbytes,
+                );
+                driver::memcpy_htod_async(
+                    work.dev.ptr,
+                    work.host.host,
+                    sbytes + cbytes,
+                    self.stream,
+                )?;
+            }
+            let (dsteps, dchans) = (work.dev.ptr, work.dev.ptr + sbytes as u64);
+            res.work = Some(work);
+            pending.res = Some(res);
+            for (first_chan, nchans, mut args, dtype) in launches {
+                args.steps = dsteps;
+                args.chans = dchans + (first_chan * std::mem::size_of::<GcChan>()) as u64;
+                let mut params = [&mut args as *mut GcArgs as *mut c_void];
+                // SAFETY: one GcArgs by value as the kernel expects; every address
+                // in it stays valid until the event recorded below completed
+                // (owned by `pending` or by the backend).
+                unsafe {
+                    driver::launch(
+                        self.funcs[dtype as usize],
+                        nchans as u32,
+                        THREADS,
+                        self.stream,
+                        &mut params,
+                    )?
+                };
+            }
+        } else {
+            pending.res = Some(res);
+        }
+        driver::event_record(event, self.stream)?;
+        Ok(pending)
+    }
+}
+
+/// One submission in flight.
+struct CudaPending {
+    inner: Arc<Inner>,
+    event: CUevent,
+    res: Option<Resources>,
+    seq: u64,
+    done: Option<Result<()>>,
+    last_sum: u64,
+    last_progress: Instant,
+    abort_seen: Option<Instant>,
+    timed_out: bool,
+}
+
+// SAFETY: the event handle may be queried from any thread (context bound
+// first); the resources are owned.
+unsafe impl Send for CudaPending {}
+
+impl CudaPending {
+    /// The error recorded by the kernel, if any.
+    fn kernel_error(&self) -> Option<Error> {
+        let inner = &self.inner;
+        let mut aborted_only = false;
+        for c in 0..inner.layout.channels as usize {
+            let w0 = inner.status_word(c, 0);
+            let code = (w0 & 0xffff_ffff) as u32;
+            let peer = (w0 >> 32) as usize;
+            match code {
+                ERR_NONE => {}
+                ERR_ABORTED => aborted_only = true,
+                ERR_META => {
+                    let (got, want) = (inner.status_word(c, 8), inner.status_word(c, 16));
+                    return Some(Error::ProtocolMismatch {
+                        peer,
+                        detail: format!(
+                            "expected collective #{} with {} bytes, got #{} with {} bytes on channel {c}",
+                            want >> 32,
+                            want & 0xffff_ffff,
+                            got >> 32,
+                            got & 0xffff_ffff
+                        ),
+                    });
+                }
+                ERR_COUNTERS => {
+                    return Some(Error::Backend(format!(
+                        "connector counters from rank {peer} are inconsistent on channel {c}"
+                    )))
+                }
+                ERR_BAD_STEP => {
+                    return Some(Error::Backend(format!(
+                        "the kernel rejected a step on channel {c} (peer {peer})"
+                    )))
+                }
+                other => {
+                    return Some(Error::Backend(format!(
+                        "the kernel reported error code {other} on channel {c}"
+                    )))
+                }
+            }
+        }
+        if !aborted_only {
+            return None;
+        }
+        Some(self.abort_error())
+    }
+
+    fn abort_error(&self) -> Error {
+        let inner = &self.inner;
+        if self.timed_out {
+            return Error::Timeout {
+                seq: self.seq,
+                seconds: inner.timeout.as_secs_f64(),
+                waiting_for: format!(
+                    "the GPU kernel on rank {} made no progress (a peer is dead, slow, or \
+                     issued a different call)",
+                    inner.rank
+                ),
+            };
+        }
+        if let Some(w) = inner.peer_raiser() {
+            return Error::PeerFailed(inner.peer_reason(w));
+        }
+        if inner.aborted.load(Ordering::Acquire) {
+            return Error::Aborted;
+        }
+        inner
+            .state_error()
+            .unwrap_or_else(|| Error::Backend("the kernel was aborted".into()))
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        let res = self.res.take();
+        if let Some(e) = self.kernel_error() {
+            self.inner.mark_failed(e.to_string());
+            if let Some(r) = res {
+                self.release(r);
+            }
+            return Err(e);
+        }
+        let mut out = Ok(());
+        if let Some(r) = res {
+            for &(host, dev, bytes) in &r.copy_back {
+                // SAFETY: the host range is the caller's output buffer, valid for
+                // writes until this work completed (Backend::submit contract).
+                if let Err(e) = unsafe { driver::memcpy_dtoh(host as usize as *mut u8, dev, bytes) }
+                {
+                    out = Err(e);
+                    break;
+                }
+            }
+            self.release(r);
+        }
+        out
+    }
+
+    fn release(&self, mut r: Resources) {
+        if let Some(w) = r.work.take() {
+            self.inner.give_work(w);
+        }
+        drop(r);
+    }
+
+    /// One step of progress; Some(result) once finished.
+    fn poll(&mut self) -> Option<Result<()>> {
+        if let Some(d) = &self.done {
+            return Some(d.clone());
+        }
+        let r = (|| -> Result<Option<()>> {
+            bind(self.inner.ctx.ordinal)?;
+            if driver::event_query(self.event)? {
+                return self.finish().map(Some);
+            }
+            let now = Instant::now();
+            let sum = self.inner.progress_sum();
+            if sum != self.last_sum {
+                self.last_sum = sum;
+                self.last_progress = now;
+            }
+            if self.abort_seen.is_none() && self.inner.own().abort_word() != 0 {
+                self.abort_seen = Some(now);
+            }
+            if self.abort_seen.is_none()
+                && now.duration_since(self.last_progress) >= self.inner.timeout
+            {
+                self.timed_out = true;
+                let e = self.abort_error();
+                self.inner.mark_failed(e.to_string());
+                self.abort_seen = Some(now);
+            }
+            if let Some(t) = self.abort_seen {
+                if now.duration_since(t) > ABORT_GRACE {
+                    // The kernel does not leave: give up on it and leak its
+                    // memory rather than free it under a running kernel.
+                    if let Some(r) = self.res.take() {
+                        std::mem::forget(r);
+                    }
+                    let e = self.abort_error();
+                    self.inner.mark_failed(e.to_string());
+                    return Err(e);
+                }
+            }
+            Ok(None)
+        })();
+        match r {
+            Ok(None) => None,
+            Ok(Some(())) => {
+                self.done = Some(Ok(()));
+                Some(Ok(()))
+            }
+            Err(e) => {
+                if e.is_fatal() {
+                    self.inner.mark_failed(e.to_string());
+                }
+                self.done = Some(Err(e.clone()));
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+impl PendingWork for CudaPending {
+    fn wait(&mut self) -> Result<()> {
+        let mut polls: u32 = 0;
+        loop {
+            if let Some(r) = self.poll() {
+                return r;
+            }
+            polls = polls.saturating_add(1);
+            if polls < 2000 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
+    fn test(&mut self) -> Result<bool> {
+        match self.poll() {
+            None => Ok(false),
+            Some(r) => r.map(|_| true),
+        }
+    }
+}
+
+impl Drop for CudaPending {
+    fn drop(&mut self) {
+        if self.done.is_none() {
+            let _ = self.wait();
+        }
+        if bind(self.inner.ctx.ordinal).is_ok() {
+            driver::event_destroy(self.event);
+        }
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn caps(&self) -> &BackendCaps {
+        &self.caps
+    }
+
+    unsafe fn submit(&self, launch: Launch) -> Result<Box<dyn PendingWork>> {
+        // SAFETY: forwarded contract: the buffers stay valid until completion.
+        let p = unsafe { self.inner.submit(launch)? };
+        Ok(Box::new(p))
+    }
+
+    fn abort(&self, reason: &str) {
+        self.inner.aborted.store(true, Ordering::Release);
+        if self.inner.mark_failed(format!("aborted: {reason}")) {
+            tracing::warn!(rank = self.inner.rank, "cuda backend aborted: {reason}");
+        }
+    }
+
+    fn check_memory(&self, kind: MemoryKind) -> Result<()> {
+        match kind {
+            MemoryKind::Host => Ok(()),
+            MemoryKind::Device { ordinal } if ordinal == self.inner.ctx.ordinal => Ok(()),
+            MemoryKind::Device { ordinal } => Err(Error::WrongMemory(format!(
+                "the buffer is on GPU {ordinal}, but this rank's communicator runs on GPU {}",
+                self.inner.ctx.ordinal
+            ))),
+        }
+    }
+}

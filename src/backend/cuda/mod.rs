@@ -1,0 +1,29 @@
+//! The CUDA backend (feature `cuda`): plans executed by one generic
+//! step-interpreter kernel per datatype (`kernels/coll.cu`), one block per
+//! channel, over FIFO connectors in device memory shared with CUDA IPC (or,
+//! with `GPUCOLL_P2P_DISABLE=1`, in host shared memory mapped into every
+//! GPU).
+//!
+//! Layering: [`driver`] is the only module that calls `cudarc::driver::sys`;
+//! [`memory`] (contexts, RAII allocations, [`DeviceBuffer`]), `shm` (the
+//! per-rank control segments) and `backend` ([`CudaBackend`]) build on it.
+//! Nothing here panics or touches the driver before checking that
+//! `libcuda.so` is present ([`available`]).
+//!
+//! Phase A limits: one node per communicator (multi-node communicators
+//! fail at creation with a message pointing to `GPUCOLL_BACKEND=host`);
+//! Simple protocol only.
+
+mod abi;
+mod backend;
+pub(crate) mod driver;
+mod memory;
+mod shm;
+
+pub use backend::{p2p_disabled, CudaBackend, FIFO_SLOTS};
+pub use memory::{device_count, memory_kind_of, DeviceBuffer, DeviceView, DeviceViewMut};
+
+/// Whether a CUDA driver is loadable and shows at least one GPU.
+pub fn available() -> bool {
+    driver::available() && device_count() > 0
+}
