@@ -39,6 +39,8 @@ pub mod request;
 pub mod topo;
 pub mod tune;
 
+#[cfg(feature = "cuda")]
+pub use backend::cuda::{memory_kind_of, DeviceBuffer, DeviceView, DeviceViewMut};
 pub use buffer::{Buffer, BufferMut, MemoryKind, RawBuffer};
 pub use coll::task::CollKind;
 pub use coll::{Group, Process};

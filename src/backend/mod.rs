@@ -109,13 +109,29 @@ pub trait Backend: Send + Sync {
 
 /// The backend for a new communicator. Collective over `mpi`.
 ///
-/// Only the host backend exists in this build; asking for `cuda` is an error.
+/// `GPUCOLL_BACKEND` decides when set. Otherwise the CUDA backend (in builds
+/// with the `cuda` feature) is used when every rank of a single-node
+/// communicator has a usable GPU, and the host backend everywhere else. The
+/// ranks agree on the choice first: a communicator whose ranks picked
+/// different backends would deadlock.
 pub(crate) fn create(
     runtime: &crate::env::Runtime,
     mpi: Arc<crate::mpi::MpiComm>,
     topo: &crate::topo::Topology,
     config: &crate::config::Config,
 ) -> Result<Box<dyn Backend>> {
+    #[cfg(feature = "cuda")]
+    {
+        let use_cuda = match config.backend.as_deref() {
+            Some("cuda") => true,
+            Some(_) => false,
+            None => topo.nnodes() == 1 && all_ranks(&mpi, cuda::available())?,
+        };
+        if use_cuda {
+            return Ok(Box::new(cuda::CudaBackend::new(mpi, topo, config)?));
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
     if config.backend.as_deref() == Some("cuda") {
         return Err(Error::Backend(
             "this build has no CUDA backend; build with --features cuda".into(),
@@ -123,4 +139,11 @@ pub(crate) fn create(
     }
     let backend = host::HostBackend::new(mpi, topo, config, runtime.thread_multiple())?;
     Ok(Box::new(backend))
+}
+
+/// Whether `mine` holds on every rank.
+#[cfg(feature = "cuda")]
+fn all_ranks(mpi: &crate::mpi::MpiComm, mine: bool) -> Result<bool> {
+    let all = mpi.allgather_bytes(&[mine as u8])?;
+    Ok(all.iter().all(|&b| b == 1))
 }
