@@ -210,6 +210,12 @@ impl MpiComm {
 
     /// One `MPI_Allgather` of `n` elements per rank.
     fn allgather_raw<T: Equivalence>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        // Nothing to move: skipping on every rank alike keeps the call
+        // collective, and avoids MPI rejecting two empty slices that share
+        // one dangling address as aliased buffers.
+        if send.is_empty() {
+            return Ok(());
+        }
         let n = count_i32(send.len())?;
         debug_assert_eq!(recv.len(), send.len() * self.size);
         // SAFETY: `send` holds n elements, `recv` n*size; the call is blocking.
@@ -258,6 +264,9 @@ impl MpiComm {
         recv: &mut [T],
         mop: MPI_Op,
     ) -> Result<()> {
+        if recv.is_empty() {
+            return Ok(());
+        }
         let k = count_i32(recv.len())?;
         debug_assert_eq!(send.len(), recv.len() * self.size);
         // SAFETY: `send` holds k*size elements, `recv` k; the call is blocking.
@@ -300,6 +309,12 @@ impl MpiComm {
 
     /// One `MPI_Alltoall` of `k` elements per pair.
     fn alltoall_raw<T: Equivalence>(&self, send: &[T], recv: &mut [T], k: usize) -> Result<()> {
+        // Nothing to move: skipping on every rank alike keeps the call
+        // collective, and avoids MPI rejecting two empty slices that share
+        // one dangling address as aliased buffers.
+        if k == 0 {
+            return Ok(());
+        }
         let kc = count_i32(k)?;
         debug_assert_eq!(send.len(), k * self.size);
         debug_assert_eq!(recv.len(), k * self.size);
@@ -351,6 +366,12 @@ impl MpiComm {
 
     /// One `MPI_Gather` of `send.len()` elements per rank; `recv` used at the root.
     fn gather_raw<T: Equivalence>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        // Nothing to move: skipping on every rank alike keeps the call
+        // collective, and avoids MPI rejecting two empty slices that share
+        // one dangling address as aliased buffers.
+        if send.is_empty() {
+            return Ok(());
+        }
         let n = count_i32(send.len())?;
         // SAFETY: `send` holds n elements; at the root `recv` holds n*size
         // (checked by the caller), elsewhere MPI ignores it; blocking call.
@@ -401,6 +422,12 @@ impl MpiComm {
 
     /// One `MPI_Scatter` of `recv.len()` elements per rank; `send` used at the root.
     fn scatter_raw<T: Equivalence>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        // Nothing to move: skipping on every rank alike keeps the call
+        // collective, and avoids MPI rejecting two empty slices that share
+        // one dangling address as aliased buffers.
+        if recv.is_empty() {
+            return Ok(());
+        }
         let n = count_i32(recv.len())?;
         // SAFETY: `recv` holds n elements; at the root `send` holds n*size
         // (checked by the caller), elsewhere MPI ignores it; blocking call.
