@@ -172,9 +172,15 @@ mod tests {
     #[test]
     fn parse_names() {
         for op in ReduceOp::ALL {
-            assert_eq!(ReduceOp::parse(op.name()).map(|o| o.code()), Some(op.code()));
+            assert_eq!(
+                ReduceOp::parse(op.name()).map(|o| o.code()),
+                Some(op.code())
+            );
         }
-        assert_eq!(ReduceOp::parse("premulsum:0.5"), Some(ReduceOp::PreMulSum(0.5)));
+        assert_eq!(
+            ReduceOp::parse("premulsum:0.5"),
+            Some(ReduceOp::PreMulSum(0.5))
+        );
         assert_eq!(ReduceOp::parse("xor"), None);
     }
 
@@ -190,7 +196,9 @@ mod tests {
 
     #[test]
     fn non_finite_scalar_rejected() {
-        assert!(ReduceOp::PreMulSum(f64::NAN).validate(Datatype::F32).is_err());
+        assert!(ReduceOp::PreMulSum(f64::NAN)
+            .validate(Datatype::F32)
+            .is_err());
         assert!(ReduceOp::PreMulSum(3.0).validate(Datatype::I8).is_ok());
     }
 }

@@ -722,9 +722,13 @@ fn scenario_mismatch_nocheck(world: &Communicator, fails: &mut Vec<String>) {
         } else {
             "a fatal error"
         };
-        expect_err(fails, "barrier after failure", dup.barrier(), want_after, |e| {
-            matches!(e, Error::CommunicatorFailed(_)) || (!first_failed && is_fatal_peer(e))
-        });
+        expect_err(
+            fails,
+            "barrier after failure",
+            dup.barrier(),
+            want_after,
+            |e| matches!(e, Error::CommunicatorFailed(_)) || (!first_failed && is_fatal_peer(e)),
+        );
     }
     still_works(world, "world after collective mismatch", fails);
 }

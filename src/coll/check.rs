@@ -92,9 +92,7 @@ pub(crate) fn prepare(
             }
             (Some(s), None) => s.dtype,
             (None, Some(r)) => r.dtype,
-            (None, None) => {
-                return Err(Error::InvalidUsage("a collective needs a buffer".into()))
-            }
+            (None, None) => return Err(Error::InvalidUsage("a collective needs a buffer".into())),
         },
     };
     for b in match args {
@@ -142,9 +140,9 @@ pub(crate) fn prepare(
         (CollKind::AllReduce, Args::InPlace(b)) | (CollKind::Broadcast, Args::InPlace(b)) => {
             Ok(call(task(b.len, true), b, b))
         }
-        (CollKind::Broadcast, Args::Separate { .. }) => Err(Error::InvalidUsage(
-            "broadcast takes one buffer".into(),
-        )),
+        (CollKind::Broadcast, Args::Separate { .. }) => {
+            Err(Error::InvalidUsage("broadcast takes one buffer".into()))
+        }
         (CollKind::Reduce, Args::Separate { send, recv }) => {
             let s = need("send", send)?;
             if is_root {
@@ -175,7 +173,11 @@ pub(crate) fn prepare(
         }
         (CollKind::AllGather, Args::InPlace(b)) => {
             let count = div("in-place", b.len, size)?;
-            Ok(call(task(count, true), sub(b, rank as u64 * count, count), b))
+            Ok(call(
+                task(count, true),
+                sub(b, rank as u64 * count, count),
+                b,
+            ))
         }
         (CollKind::ReduceScatter, Args::Separate { send, recv }) => {
             let (s, r) = (need("send", send)?, need("receive", recv)?);
@@ -221,7 +223,11 @@ pub(crate) fn prepare(
                 ));
             }
             let count = div("in-place", b.len, size)?;
-            Ok(call(task(count, true), sub(b, root as u64 * count, count), b))
+            Ok(call(
+                task(count, true),
+                sub(b, root as u64 * count, count),
+                b,
+            ))
         }
         (CollKind::Scatter, Args::Separate { send, recv }) => {
             let r = need("receive", recv)?;
@@ -243,7 +249,11 @@ pub(crate) fn prepare(
                 ));
             }
             let count = div("in-place", b.len, size)?;
-            Ok(call(task(count, true), b, sub(b, root as u64 * count, count)))
+            Ok(call(
+                task(count, true),
+                b,
+                sub(b, root as u64 * count, count),
+            ))
         }
     }
 }
@@ -290,7 +300,14 @@ mod tests {
             &ok,
         )
         .unwrap_err();
-        assert!(matches!(e, Error::BufferLength { expected: 8, actual: 7, .. }));
+        assert!(matches!(
+            e,
+            Error::BufferLength {
+                expected: 8,
+                actual: 7,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -363,7 +380,14 @@ mod tests {
             &ok,
         )
         .unwrap_err();
-        assert!(matches!(e, Error::NotDivisible { len: 7, size: 2, .. }));
+        assert!(matches!(
+            e,
+            Error::NotDivisible {
+                len: 7,
+                size: 2,
+                ..
+            }
+        ));
     }
 
     #[test]

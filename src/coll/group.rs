@@ -50,7 +50,12 @@ impl<'a> Group<'a> {
     }
 
     /// Grouped [`Communicator::all_reduce_into`].
-    pub fn all_reduce_into<S, R>(&mut self, send: &'a S, recv: &'a mut R, op: ReduceOp) -> Result<()>
+    pub fn all_reduce_into<S, R>(
+        &mut self,
+        send: &'a S,
+        recv: &'a mut R,
+        op: ReduceOp,
+    ) -> Result<()>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
@@ -59,7 +64,11 @@ impl<'a> Group<'a> {
     }
 
     /// Grouped [`Communicator::all_reduce_in_place`].
-    pub fn all_reduce_in_place<B: BufferMut + ?Sized>(&mut self, buf: &'a mut B, op: ReduceOp) -> Result<()> {
+    pub fn all_reduce_in_place<B: BufferMut + ?Sized>(
+        &mut self,
+        buf: &'a mut B,
+        op: ReduceOp,
+    ) -> Result<()> {
         self.push(CollKind::AllReduce, Args::InPlace(buf.raw_mut()), op, 0)
     }
 
@@ -74,11 +83,21 @@ impl<'a> Group<'a> {
 
     /// Grouped [`Communicator::all_gather_in_place`].
     pub fn all_gather_in_place<B: BufferMut + ?Sized>(&mut self, buf: &'a mut B) -> Result<()> {
-        self.push(CollKind::AllGather, Args::InPlace(buf.raw_mut()), ReduceOp::Sum, 0)
+        self.push(
+            CollKind::AllGather,
+            Args::InPlace(buf.raw_mut()),
+            ReduceOp::Sum,
+            0,
+        )
     }
 
     /// Grouped [`Communicator::reduce_scatter_block_into`].
-    pub fn reduce_scatter_block_into<S, R>(&mut self, send: &'a S, recv: &'a mut R, op: ReduceOp) -> Result<()>
+    pub fn reduce_scatter_block_into<S, R>(
+        &mut self,
+        send: &'a S,
+        recv: &'a mut R,
+        op: ReduceOp,
+    ) -> Result<()>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
@@ -96,12 +115,27 @@ impl<'a> Group<'a> {
     }
 
     /// Grouped broadcast from `root`.
-    pub fn broadcast_into<B: BufferMut + ?Sized>(&mut self, root: usize, buf: &'a mut B) -> Result<()> {
-        self.push(CollKind::Broadcast, Args::InPlace(buf.raw_mut()), ReduceOp::Sum, root)
+    pub fn broadcast_into<B: BufferMut + ?Sized>(
+        &mut self,
+        root: usize,
+        buf: &'a mut B,
+    ) -> Result<()> {
+        self.push(
+            CollKind::Broadcast,
+            Args::InPlace(buf.raw_mut()),
+            ReduceOp::Sum,
+            root,
+        )
     }
 
     /// Grouped reduce, on the root.
-    pub fn reduce_into_root<S, R>(&mut self, root: usize, send: &'a S, recv: &'a mut R, op: ReduceOp) -> Result<()>
+    pub fn reduce_into_root<S, R>(
+        &mut self,
+        root: usize,
+        send: &'a S,
+        recv: &'a mut R,
+        op: ReduceOp,
+    ) -> Result<()>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
@@ -110,7 +144,12 @@ impl<'a> Group<'a> {
     }
 
     /// Grouped reduce, on the other ranks.
-    pub fn reduce_into<S: Buffer + ?Sized>(&mut self, root: usize, send: &'a S, op: ReduceOp) -> Result<()> {
+    pub fn reduce_into<S: Buffer + ?Sized>(
+        &mut self,
+        root: usize,
+        send: &'a S,
+        op: ReduceOp,
+    ) -> Result<()> {
         let args = Args::Separate {
             send: Some(send.raw()),
             recv: None,
@@ -119,7 +158,12 @@ impl<'a> Group<'a> {
     }
 
     /// Grouped gather, on the root.
-    pub fn gather_into_root<S, R>(&mut self, root: usize, send: &'a S, recv: &'a mut R) -> Result<()>
+    pub fn gather_into_root<S, R>(
+        &mut self,
+        root: usize,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> Result<()>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
@@ -137,7 +181,12 @@ impl<'a> Group<'a> {
     }
 
     /// Grouped scatter, on the root.
-    pub fn scatter_into_root<S, R>(&mut self, root: usize, send: &'a S, recv: &'a mut R) -> Result<()>
+    pub fn scatter_into_root<S, R>(
+        &mut self,
+        root: usize,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> Result<()>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
@@ -146,7 +195,11 @@ impl<'a> Group<'a> {
     }
 
     /// Grouped scatter, on the other ranks.
-    pub fn scatter_into<R: BufferMut + ?Sized>(&mut self, root: usize, recv: &'a mut R) -> Result<()> {
+    pub fn scatter_into<R: BufferMut + ?Sized>(
+        &mut self,
+        root: usize,
+        recv: &'a mut R,
+    ) -> Result<()> {
         let args = Args::Separate {
             send: None,
             recv: Some(recv.raw_mut()),

@@ -45,15 +45,9 @@ impl Communicator {
     ) -> Result<Call> {
         let inner = self.inner_checked()?;
         let engine = &inner.engine;
-        check::prepare(
-            kind,
-            args,
-            op,
-            root,
-            self.rank(),
-            self.size(),
-            &|m| engine.check_memory(m),
-        )
+        check::prepare(kind, args, op, root, self.rank(), self.size(), &|m| {
+            engine.check_memory(m)
+        })
     }
 
     /// Run calls as one launch and wait for them.
@@ -112,7 +106,11 @@ impl Communicator {
     }
 
     /// `MPI_Allreduce` with `MPI_IN_PLACE`: `buf` is both input and result.
-    pub fn all_reduce_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B, op: ReduceOp) -> Result<()> {
+    pub fn all_reduce_in_place<B: BufferMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        op: ReduceOp,
+    ) -> Result<()> {
         self.blocking(CollKind::AllReduce, Args::InPlace(buf.raw_mut()), op, 0)
     }
 
@@ -129,12 +127,22 @@ impl Communicator {
     /// `MPI_Allgather` in place: this rank's block is already at
     /// `buf[rank*count..(rank+1)*count]`.
     pub fn all_gather_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<()> {
-        self.blocking(CollKind::AllGather, Args::InPlace(buf.raw_mut()), ReduceOp::Sum, 0)
+        self.blocking(
+            CollKind::AllGather,
+            Args::InPlace(buf.raw_mut()),
+            ReduceOp::Sum,
+            0,
+        )
     }
 
     /// `MPI_Reduce_scatter_block`: `send` holds size × `recv.len()`
     /// elements; rank r receives the reduction of every rank's block r.
-    pub fn reduce_scatter_block_into<S, R>(&self, send: &S, recv: &mut R, op: ReduceOp) -> Result<()>
+    pub fn reduce_scatter_block_into<S, R>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        op: ReduceOp,
+    ) -> Result<()>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
@@ -144,7 +152,11 @@ impl Communicator {
 
     /// `MPI_Reduce_scatter_block` in place: `buf` holds size × count
     /// elements; the result lands in `buf[..count]`.
-    pub fn reduce_scatter_block_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B, op: ReduceOp) -> Result<()> {
+    pub fn reduce_scatter_block_in_place<B: BufferMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        op: ReduceOp,
+    ) -> Result<()> {
         self.blocking(CollKind::ReduceScatter, Args::InPlace(buf.raw_mut()), op, 0)
     }
 
@@ -160,7 +172,12 @@ impl Communicator {
 
     /// `MPI_Alltoall` in place.
     pub fn all_to_all_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<()> {
-        self.blocking(CollKind::AllToAll, Args::InPlace(buf.raw_mut()), ReduceOp::Sum, 0)
+        self.blocking(
+            CollKind::AllToAll,
+            Args::InPlace(buf.raw_mut()),
+            ReduceOp::Sum,
+            0,
+        )
     }
 
     /// Immediate `all_reduce_into`.
@@ -211,7 +228,12 @@ impl Communicator {
         scope: &Scope<'a>,
         buf: &'a mut B,
     ) -> Result<Request<'a>> {
-        let call = self.prepare(CollKind::AllGather, Args::InPlace(buf.raw_mut()), ReduceOp::Sum, 0)?;
+        let call = self.prepare(
+            CollKind::AllGather,
+            Args::InPlace(buf.raw_mut()),
+            ReduceOp::Sum,
+            0,
+        )?;
         self.run_immediate(scope, call)
     }
 
@@ -263,7 +285,12 @@ impl Communicator {
         scope: &Scope<'a>,
         buf: &'a mut B,
     ) -> Result<Request<'a>> {
-        let call = self.prepare(CollKind::AllToAll, Args::InPlace(buf.raw_mut()), ReduceOp::Sum, 0)?;
+        let call = self.prepare(
+            CollKind::AllToAll,
+            Args::InPlace(buf.raw_mut()),
+            ReduceOp::Sum,
+            0,
+        )?;
         self.run_immediate(scope, call)
     }
 

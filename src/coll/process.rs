@@ -60,14 +60,24 @@ impl<'c> Process<'c> {
         self.comm.run_blocking(&[call])
     }
 
-    fn start<'a>(&self, scope: &Scope<'a>, kind: CollKind, args: Args, op: ReduceOp) -> Result<Request<'a>> {
+    fn start<'a>(
+        &self,
+        scope: &Scope<'a>,
+        kind: CollKind,
+        args: Args,
+        op: ReduceOp,
+    ) -> Result<Request<'a>> {
         let call = self.comm.prepare(kind, args, op, self.rank)?;
         self.comm.run_immediate(scope, call)
     }
 
     /// `MPI_Bcast`: the root's `buf` is copied into `buf` of every rank.
     pub fn broadcast_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<()> {
-        self.run(CollKind::Broadcast, Args::InPlace(buf.raw_mut()), ReduceOp::Sum)
+        self.run(
+            CollKind::Broadcast,
+            Args::InPlace(buf.raw_mut()),
+            ReduceOp::Sum,
+        )
     }
 
     /// `MPI_Reduce`, called on the root: every rank's `send` combined into `recv`.
@@ -85,7 +95,11 @@ impl<'c> Process<'c> {
     }
 
     /// `MPI_Reduce` with `MPI_IN_PLACE` on the root: `buf` is input and result.
-    pub fn reduce_into_root_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B, op: ReduceOp) -> Result<()> {
+    pub fn reduce_into_root_in_place<B: BufferMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        op: ReduceOp,
+    ) -> Result<()> {
         self.run(CollKind::Reduce, Args::InPlace(buf.raw_mut()), op)
     }
 
@@ -107,7 +121,11 @@ impl<'c> Process<'c> {
     /// `MPI_Gather` in place on the root: its own block is already at
     /// `recv[root*count..]`.
     pub fn gather_into_root_in_place<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
-        self.run(CollKind::Gather, Args::InPlace(recv.raw_mut()), ReduceOp::Sum)
+        self.run(
+            CollKind::Gather,
+            Args::InPlace(recv.raw_mut()),
+            ReduceOp::Sum,
+        )
     }
 
     /// `MPI_Scatter`, called on the root: block r of `send` goes to rank r.
@@ -126,12 +144,25 @@ impl<'c> Process<'c> {
 
     /// `MPI_Scatter` in place on the root: its own block stays in `send`.
     pub fn scatter_into_root_in_place<B: BufferMut + ?Sized>(&self, send: &mut B) -> Result<()> {
-        self.run(CollKind::Scatter, Args::InPlace(send.raw_mut()), ReduceOp::Sum)
+        self.run(
+            CollKind::Scatter,
+            Args::InPlace(send.raw_mut()),
+            ReduceOp::Sum,
+        )
     }
 
     /// Immediate `broadcast_into`.
-    pub fn immediate_broadcast_into<'a, B: BufferMut + ?Sized>(&self, scope: &Scope<'a>, buf: &'a mut B) -> Result<Request<'a>> {
-        self.start(scope, CollKind::Broadcast, Args::InPlace(buf.raw_mut()), ReduceOp::Sum)
+    pub fn immediate_broadcast_into<'a, B: BufferMut + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a mut B,
+    ) -> Result<Request<'a>> {
+        self.start(
+            scope,
+            CollKind::Broadcast,
+            Args::InPlace(buf.raw_mut()),
+            ReduceOp::Sum,
+        )
     }
 
     /// Immediate `reduce_into_root`.
@@ -150,12 +181,22 @@ impl<'c> Process<'c> {
     }
 
     /// Immediate `reduce_into`.
-    pub fn immediate_reduce_into<'a, S: Buffer + ?Sized>(&self, scope: &Scope<'a>, send: &'a S, op: ReduceOp) -> Result<Request<'a>> {
+    pub fn immediate_reduce_into<'a, S: Buffer + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        op: ReduceOp,
+    ) -> Result<Request<'a>> {
         self.start(scope, CollKind::Reduce, send_only(send), op)
     }
 
     /// Immediate `gather_into_root`.
-    pub fn immediate_gather_into_root<'a, S, R>(&self, scope: &Scope<'a>, send: &'a S, recv: &'a mut R) -> Result<Request<'a>>
+    pub fn immediate_gather_into_root<'a, S, R>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
@@ -164,21 +205,39 @@ impl<'c> Process<'c> {
     }
 
     /// Immediate `gather_into`.
-    pub fn immediate_gather_into<'a, S: Buffer + ?Sized>(&self, scope: &Scope<'a>, send: &'a S) -> Result<Request<'a>> {
+    pub fn immediate_gather_into<'a, S: Buffer + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+    ) -> Result<Request<'a>> {
         self.start(scope, CollKind::Gather, send_only(send), ReduceOp::Sum)
     }
 
     /// Immediate `scatter_into_root`.
-    pub fn immediate_scatter_into_root<'a, S, R>(&self, scope: &Scope<'a>, send: &'a S, recv: &'a mut R) -> Result<Request<'a>>
+    pub fn immediate_scatter_into_root<'a, S, R>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        self.start(scope, CollKind::Scatter, separate(send, recv), ReduceOp::Sum)
+        self.start(
+            scope,
+            CollKind::Scatter,
+            separate(send, recv),
+            ReduceOp::Sum,
+        )
     }
 
     /// Immediate `scatter_into`.
-    pub fn immediate_scatter_into<'a, R: BufferMut + ?Sized>(&self, scope: &Scope<'a>, recv: &'a mut R) -> Result<Request<'a>> {
+    pub fn immediate_scatter_into<'a, R: BufferMut + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>> {
         self.start(scope, CollKind::Scatter, recv_only(recv), ReduceOp::Sum)
     }
 }

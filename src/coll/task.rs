@@ -143,7 +143,10 @@ mod tests {
             assert_eq!(CollKind::parse(k.name()), Some(k));
         }
         assert_eq!(CollKind::parse("allreduce"), Some(CollKind::AllReduce));
-        assert_eq!(CollKind::parse("reducescatter"), Some(CollKind::ReduceScatter));
+        assert_eq!(
+            CollKind::parse("reducescatter"),
+            Some(CollKind::ReduceScatter)
+        );
     }
 
     #[test]

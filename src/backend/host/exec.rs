@@ -84,6 +84,8 @@ struct Mem {
 #[derive(Debug)]
 struct Item {
     seq: u64,
+    /// Wire stamp of this collective (sequence number and call digest).
+    stamp: u64,
     plan: Arc<Plan>,
     dtype: Datatype,
     esize: usize,
@@ -311,6 +313,7 @@ pub(crate) fn prepare<F: Fabric>(fab: &F, launch: &Launch) -> Result<Prepared> {
         };
         let item = Item {
             seq,
+            stamp: fifo::call_stamp(seq, &plan.task),
             plan: plan.clone(),
             dtype,
             esize,
@@ -761,7 +764,7 @@ impl<'p, 'f> ChannelRun<'p, 'f> {
         };
         let mut cx = PieceCtx {
             ch: self.ch,
-            seq: item.seq,
+            seq: item.stamp,
             esize: item.esize,
             slots: self.slots,
             slot_bytes: self.slot_bytes,

@@ -26,6 +26,7 @@
 //! This module holds every raw access to connector memory; callers get
 //! plain pointers to slots they own under the protocol.
 
+use crate::coll::task::{CollKind, Task};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,22 +56,46 @@ pub(crate) const fn connector_bytes(slots: usize, slot_bytes: usize) -> usize {
     header_bytes(slots) + slots * slot_bytes
 }
 
-/// The metadata word stamped on every piece: which collective (low 32 bits
-/// of its sequence number) and how many bytes.
-pub(crate) fn make_meta(seq: u64, bytes: usize) -> u64 {
-    ((seq as u32 as u64) << 32) | (bytes as u32 as u64)
+/// Identifies one collective on the wire: the low 24 bits of its sequence
+/// number, then an 8-bit digest of what it is (kind, datatype, op, root), so
+/// that a rank that issued a different collective of the same size is caught
+/// at its first piece instead of reading the data as its own.
+pub(crate) fn call_stamp(seq: u64, task: &Task) -> u64 {
+    let kind = CollKind::ALL
+        .iter()
+        .position(|k| *k == task.kind)
+        .unwrap_or(0) as u64;
+    let op = if task.kind.reduces() {
+        task.op.code() as u64 ^ task.op.scalar_bits()
+    } else {
+        0
+    };
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for w in [kind, task.dtype as u64, op, task.root as u64] {
+        h = (h ^ w).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    ((seq & 0xff_ffff) << 8) | ((h ^ (h >> 32) ^ (h >> 16) ^ (h >> 8)) & 0xff)
 }
 
-/// `None` if `got` is the metadata expected for piece of `bytes` bytes of
-/// collective `seq`, otherwise a description of the mismatch.
-pub(crate) fn meta_mismatch(seq: u64, bytes: usize, got: u64) -> Option<String> {
-    let want = make_meta(seq, bytes);
+/// The metadata word stamped on every piece: which collective (its 32-bit
+/// call stamp, see [`call_stamp`]) and how many bytes.
+pub(crate) fn make_meta(stamp: u64, bytes: usize) -> u64 {
+    ((stamp as u32 as u64) << 32) | (bytes as u32 as u64)
+}
+
+/// `None` if `got` is the metadata expected for a piece of `bytes` bytes of
+/// the collective with `stamp`, otherwise a description of the mismatch.
+pub(crate) fn meta_mismatch(stamp: u64, bytes: usize, got: u64) -> Option<String> {
+    let want = make_meta(stamp, bytes);
     (got != want).then(|| {
+        let (want_seq, got_seq) = ((stamp as u32) >> 8, (got >> 40) as u32);
+        let kind = if want_seq == got_seq && (stamp as u8) != ((got >> 32) as u8) {
+            " of a different collective (kind, type, op or root differ)"
+        } else {
+            ""
+        };
         format!(
-            "expected collective #{} with {} bytes, got #{} with {} bytes",
-            seq as u32,
-            bytes,
-            got >> 32,
+            "expected collective #{want_seq} with {bytes} bytes, got #{got_seq}{kind} with {} bytes",
             got & 0xffff_ffff
         )
     })
@@ -273,11 +298,31 @@ pub(crate) mod tests {
         assert_eq!(make_meta(5, 100), (5 << 32) | 100);
         assert_eq!(make_meta((1 << 32) + 7, 3), (7 << 32) | 3);
         assert!(meta_mismatch(5, 100, make_meta(5, 100)).is_none());
-        let d = meta_mismatch(12, 64, make_meta(13, 32)).unwrap();
+        let d = meta_mismatch(12 << 8, 64, make_meta(13 << 8, 32)).unwrap();
         assert_eq!(
             d,
             "expected collective #12 with 64 bytes, got #13 with 32 bytes"
         );
+    }
+
+    #[test]
+    fn stamp_tells_collectives_apart() {
+        use crate::datatype::Datatype;
+        use crate::op::ReduceOp;
+        let t = |kind| Task {
+            kind,
+            dtype: Datatype::U32,
+            op: ReduceOp::Sum,
+            count: 4096,
+            root: 0,
+            in_place: false,
+        };
+        let a = call_stamp(7, &t(CollKind::AllReduce));
+        let b = call_stamp(7, &t(CollKind::AllGather));
+        assert_eq!(a >> 8, 7);
+        assert_ne!(a, b);
+        let d = meta_mismatch(a, 64, make_meta(b, 64)).unwrap();
+        assert!(d.contains("different collective"), "{d}");
     }
 
     #[test]

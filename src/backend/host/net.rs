@@ -304,12 +304,13 @@ impl ChannelNet {
 }
 
 /// Check a received piece's header against what this rank expects.
-pub(crate) fn check_piece(piece: &NetPiece, seq: u64, bytes: usize) -> Option<String> {
-    fifo::meta_mismatch(seq, bytes, piece.meta).or_else(|| {
+pub(crate) fn check_piece(piece: &NetPiece, stamp: u64, bytes: usize) -> Option<String> {
+    fifo::meta_mismatch(stamp, bytes, piece.meta).or_else(|| {
         (piece.bytes != bytes).then(|| {
             format!(
                 "expected collective #{} with {bytes} bytes, got a message of {} bytes",
-                seq as u32, piece.bytes
+                (stamp as u32) >> 8,
+                piece.bytes
             )
         })
     })
