@@ -20,6 +20,14 @@ const SOME_DTYPES: &str = "u8,bf16,i32,f32,f64";
 /// The scalar of PreMulSum in these tests (integers use 2).
 const PMS: f64 = 2.5;
 
+/// (name, ranks, environment, sizes) of one environment variant.
+type Variant = (
+    &'static str,
+    usize,
+    Vec<(&'static str, &'static str)>,
+    &'static str,
+);
+
 fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     // The full matrix: every collective x dtype x op x mode x size, per N.
@@ -37,7 +45,7 @@ fn cases() -> Vec<Case> {
         }
     }
     // Simulated nodes (the ring crosses nodes over MPI; trees possible).
-    let variants: Vec<(&str, usize, Vec<(&str, &str)>, &str)> = vec![
+    let variants: Vec<Variant> = vec![
         (
             "sim2_n4",
             4,
@@ -1063,7 +1071,7 @@ fn scenario_group(world: &Communicator) -> std::result::Result<(), String> {
     check_exact(
         "all_reduce after aborted group",
         &w,
-        &vec![n as u32; 5],
+        &[n as u32; 5],
         &mut fails,
     );
     if fails.is_empty() {
@@ -1231,12 +1239,7 @@ fn scenario_split_dup(world: &Communicator) -> std::result::Result<(), String> {
         world.all_reduce_into(&a, &mut b, ReduceOp::Sum),
         "world after freeing a dup",
     );
-    check_exact(
-        "world after freeing a dup",
-        &b,
-        &vec![n as i32; 4],
-        &mut fails,
-    );
+    check_exact("world after freeing a dup", &b, &[n as i32; 4], &mut fails);
     drop(dup2);
     drop(rest);
     ok(sub.free(), "free split");

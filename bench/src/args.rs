@@ -46,6 +46,13 @@ pub struct Args {
     pub root: usize,
     pub placement: Placement,
     pub json: Option<PathBuf>,
+    /// `--svg FILE`: a plot of busbw against size (rank 0).
+    pub svg: Option<PathBuf>,
+    /// `--time-budget SECS`: cut each size's timed loop to about this long
+    /// (estimated from the warmup calls), keeping at least `min_iters`.
+    pub time_budget: Option<f64>,
+    /// `--min-iters N`: the fewest timed calls the budget may leave.
+    pub min_iters: usize,
     pub vs_mpi: bool,
     pub vs_nccl: bool,
     pub help: bool,
@@ -67,6 +74,9 @@ impl Default for Args {
             root: 0,
             placement: Placement::Both,
             json: None,
+            svg: None,
+            time_budget: None,
+            min_iters: 5,
             vs_mpi: false,
             vs_nccl: false,
             help: false,
@@ -95,9 +105,17 @@ Times gpucoll's collectives over a range of message sizes, nccl-tests style.
                             or all (default all_reduce)
   -r, --root N              root rank of rooted collectives (default 0)
       --inplace 0|1|2       0 out-of-place, 1 in-place, 2 both (default 2)
+      --time-budget SECS    cut each timed loop to about SECS seconds (estimated
+                            from the warmup calls; at least --min-iters calls,
+                            at most --iters); default: always --iters calls
+      --min-iters N         fewest calls --time-budget may leave (default 5)
       --json FILE           also write the results as JSON (rank 0)
+      --svg FILE            also plot busbw against size as SVG (rank 0)
       --vs-mpi              also time MPI's own collective on the same data
-      --vs-nccl             compare with NCCL (needs the CUDA backend)
+      --vs-nccl             also time NCCL's collective on the same device
+                            data in the same run (build with --features cuda;
+                            needs the CUDA backend and libnccl.so). Sets
+                            NCCL_NVLS_ENABLE=0 (NVLink multicast stays off)
   -h, --help                this text
 
 SIZE accepts K, M and G suffixes (powers of 1024). LIST is one name, a
@@ -210,6 +228,9 @@ where
             "--root",
             "--inplace",
             "--json",
+            "--svg",
+            "--time-budget",
+            "--min-iters",
         ];
         if !known.contains(&key.as_str()) {
             return Err(format!("unknown option '{arg}'"));
@@ -267,6 +288,27 @@ where
                 }
                 a.json = Some(PathBuf::from(value));
             }
+            "--svg" => {
+                if value.is_empty() {
+                    return Err("--svg needs a file name".into());
+                }
+                a.svg = Some(PathBuf::from(value));
+            }
+            "--time-budget" => {
+                let secs = value
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && *s > 0.0 && *s <= 3600.0)
+                    .ok_or_else(|| {
+                        format!(
+                            "invalid value '{value}' for {key} (expected seconds, \
+                             greater than 0 and at most 3600)"
+                        )
+                    })?;
+                a.time_budget = Some(secs);
+            }
+            "--min-iters" => a.min_iters = parse_num(&key, &value)?,
             _ => unreachable!("listed in `known`"),
         }
     }
@@ -287,6 +329,9 @@ where
     }
     if a.iters == 0 {
         return Err("--iters must be at least 1".into());
+    }
+    if a.min_iters == 0 {
+        return Err("--min-iters must be at least 1".into());
     }
     Ok(a)
 }
@@ -366,6 +411,15 @@ mod tests {
         assert_eq!(b.ops, vec![ReduceOp::PreMulSum(0.5)]);
         assert_eq!(b.colls, vec![CollKind::ReduceScatter]);
         assert!(b.vs_nccl);
+        let c = p("--vs-nccl --svg plot.svg --time-budget 0.25 --min-iters 3 -n 50").unwrap();
+        assert_eq!(c.svg, Some(PathBuf::from("plot.svg")));
+        assert_eq!(c.time_budget, Some(0.25));
+        assert_eq!(c.min_iters, 3);
+        assert_eq!(c.iters, 50);
+        let d = p("--time-budget=2 --svg=x.svg").unwrap();
+        assert_eq!(d.time_budget, Some(2.0));
+        assert_eq!(d.svg, Some(PathBuf::from("x.svg")));
+        assert_eq!(p("").unwrap().time_budget, None);
     }
 
     #[test]
@@ -384,7 +438,18 @@ mod tests {
             "-b 0",
             "-f 1",
             "--vs-mpi=1",
+            "--vs-nccl=1",
             "-n -3",
+            "--svg",
+            "--svg=",
+            "--time-budget 0",
+            "--time-budget -1",
+            "--time-budget nan",
+            "--time-budget inf",
+            "--time-budget 1e9",
+            "--time-budget x",
+            "--min-iters 0",
+            "--min-iters",
         ] {
             assert!(p(bad).is_err(), "accepted: {bad}");
         }

@@ -10,7 +10,7 @@
 use gpucoll::{bf16, f16, CollKind, Equivalence, ReduceOp};
 
 /// An element type the bench can fill and check.
-pub trait Elem: Equivalence + Copy + PartialEq + Default + std::fmt::Debug {
+pub trait Elem: Equivalence + Copy + PartialEq + Default + std::fmt::Debug + Send + Sync {
     /// Exactly representable small integers (`from_int` of values in
     /// `0..EXACT_LIMIT` is exact).
     const EXACT_LIMIT: i64;
@@ -293,57 +293,53 @@ impl Case {
 
     /// Fill the out-of-place input of this rank.
     pub fn fill_input<T: Elem>(&self, buf: &mut [T]) {
-        for (j, x) in buf.iter_mut().enumerate() {
-            *x = self.input(self.rank, j);
-        }
+        crate::par::fill(buf, |j| self.input(self.rank, j));
     }
 
     /// Fill the single buffer of an in-place run as MPI_IN_PLACE lays it out.
     pub fn fill_in_place<T: Elem>(&self, buf: &mut [T]) {
+        crate::par::fill(buf, |j| self.in_place_value(j));
+    }
+
+    /// Element `j` of the single buffer of an in-place run before the call.
+    fn in_place_value<T: Elem>(&self, j: usize) -> T {
         let (c, rank, root) = (self.count, self.rank, self.root);
         let poison = Self::poison::<T>();
         if !self.rank_in_place() {
             // Non-root reduce/gather: the send buffer; scatter: the receive buffer.
-            match self.kind {
-                CollKind::Scatter => buf.fill(poison),
-                _ => self.fill_input(buf),
-            }
-            return;
+            return match self.kind {
+                CollKind::Scatter => poison,
+                _ => self.input(rank, j),
+            };
         }
         match self.kind {
             CollKind::AllReduce
             | CollKind::Reduce
             | CollKind::ReduceScatter
-            | CollKind::AllToAll => self.fill_input(buf),
-            CollKind::Broadcast if rank == root => self.fill_input(buf),
-            CollKind::Broadcast => buf.fill(poison),
+            | CollKind::AllToAll => self.input(rank, j),
+            CollKind::Broadcast if rank == root => self.input(rank, j),
+            CollKind::Broadcast => poison,
             CollKind::AllGather | CollKind::Gather => {
                 let me = if self.kind == CollKind::Gather {
                     root
                 } else {
                     rank
                 };
-                buf.fill(poison);
-                for i in 0..c {
-                    buf[me * c + i] = self.input(me, i);
+                if c > 0 && j / c == me {
+                    self.input(me, j % c)
+                } else {
+                    poison
                 }
             }
-            CollKind::Scatter => {
-                for (j, x) in buf.iter_mut().enumerate() {
-                    *x = self.input(root, j);
-                }
-            }
+            CollKind::Scatter => self.input(root, j),
         }
     }
 
     /// Count the wrong elements of an out-of-place output.
     pub fn check_output<T: Elem>(&self, out: &[T]) -> u64 {
-        let len = self.output_len();
-        out[..len]
-            .iter()
-            .enumerate()
-            .filter(|(k, got)| !self.ok(**got, *k))
-            .count() as u64
+        let len = self.output_len().min(out.len());
+        let missing = (self.output_len() - len) as u64;
+        missing + crate::par::count_bad(0..len, |k| self.ok(out[k], k))
     }
 
     /// Count the wrong elements of an in-place run's buffer. Reduce-scatter
@@ -356,9 +352,6 @@ impl Case {
                 _ => 0,
             };
         }
-        let bad = |range: std::ops::Range<usize>, f: &dyn Fn(usize) -> bool| {
-            range.filter(|&k| !f(k)).count() as u64
-        };
         match self.kind {
             CollKind::AllReduce
             | CollKind::Reduce
@@ -366,8 +359,8 @@ impl Case {
             | CollKind::ReduceScatter
             | CollKind::AllGather
             | CollKind::AllToAll
-            | CollKind::Gather => bad(0..self.output_len(), &|k| self.ok(buf[k], k)),
-            CollKind::Scatter => bad(0..buf.len(), &|j| {
+            | CollKind::Gather => self.check_output(buf),
+            CollKind::Scatter => crate::par::count_bad(0..buf.len(), |j| {
                 buf[j].to_f64() == self.input::<T>(self.root, j).to_f64()
             }),
         }

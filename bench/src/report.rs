@@ -71,6 +71,26 @@ pub struct Measure {
     pub busbw: f64,
     /// Wrong elements summed over ranks; `None` when not checked.
     pub wrong: Option<u64>,
+    /// Timed calls (fewer than `--iters` when `--time-budget` cut them).
+    pub iters: usize,
+}
+
+/// NCCL's collective on the same device data (`--vs-nccl`).
+#[derive(Debug, Clone)]
+pub enum NcclMeasure {
+    Time {
+        /// Mean of blocking calls (each followed by a stream synchronize).
+        time_us: f64,
+        algbw: f64,
+        busbw: f64,
+        /// Mean per call of a loop of calls with one synchronize at the end.
+        async_time_us: f64,
+        iters: usize,
+        /// Wrong elements summed over ranks; `None` when not checked.
+        wrong: Option<u64>,
+    },
+    /// This libnccl has no such collective.
+    Unsupported,
 }
 
 /// MPI's own collective on the same data.
@@ -94,6 +114,7 @@ pub struct Row {
     pub out_of_place: Option<Measure>,
     pub in_place: Option<Measure>,
     pub mpi: Option<MpiMeasure>,
+    pub nccl: Option<NcclMeasure>,
 }
 
 const GROUP_W: usize = 7 + 2 + 6 + 2 + 6 + 2 + 6;
@@ -120,8 +141,10 @@ fn fmt_measure(m: Option<&Measure>, shown: bool) -> String {
     }
 }
 
+const NCCL_W: usize = 7 + 2 + 6 + 2 + 7 + 2 + 6 + 2 + 7 + 2 + 7;
+
 /// The three header lines for a table.
-pub fn header(show_oop: bool, show_ip: bool, vs_mpi: bool) -> String {
+pub fn header(show_oop: bool, show_ip: bool, vs_mpi: bool, vs_nccl: bool) -> String {
     let mut l1 = format!("#{:>54}", "");
     let mut l2 = format!(
         "#{:>11}  {:>12}  {:>8}  {:>9}  {:>6}",
@@ -149,16 +172,49 @@ pub fn header(show_oop: bool, show_ip: bool, vs_mpi: bool) -> String {
         l2.push_str(&format!("  {:>9}  {:>7}", "mpi time", "ratio"));
         l3.push_str(&format!("  {:>9}  {:>7}", "(us)", "mpi/gc"));
     }
+    if vs_nccl {
+        l1.push_str(&format!(
+            "  {:^w$}",
+            "NCCL (blocking; async loop)",
+            w = NCCL_W
+        ));
+        l2.push_str(&format!(
+            "  {:>7}  {:>6}  {:>7}  {:>6}  {:>7}  {:>7}",
+            "time", "busbw", "async", "#wrong", "busbw", "time"
+        ));
+        l3.push_str(&format!(
+            "  {:>7}  {:>6}  {:>7}  {:>6}  {:>7}  {:>7}",
+            "(us)", "(GB/s)", "(us)", "", "gc/nccl", "gc/nccl"
+        ));
+    }
     format!("{}\n{}\n{}", l1.trim_end(), l2, l3)
 }
 
 impl Row {
-    /// The gpucoll time the MPI ratio compares against.
+    /// The gpucoll measure the MPI and NCCL ratios compare against:
+    /// out-of-place, or in-place when only that ran (broadcast).
+    pub fn reference(&self) -> Option<&Measure> {
+        self.out_of_place.as_ref().or(self.in_place.as_ref())
+    }
+
     fn reference_time(&self) -> Option<f64> {
-        self.out_of_place
-            .as_ref()
-            .or(self.in_place.as_ref())
-            .map(|m| m.time_us)
+        self.reference().map(|m| m.time_us)
+    }
+
+    /// (busbw gpucoll / busbw NCCL, time gpucoll / time NCCL) for `m`.
+    pub fn nccl_ratios_of(&self, m: &Measure) -> Option<(Option<f64>, Option<f64>)> {
+        match &self.nccl {
+            Some(NcclMeasure::Time { time_us, busbw, .. }) => Some((
+                (*busbw > 0.0).then(|| m.busbw / busbw),
+                (*time_us > 0.0).then(|| m.time_us / time_us),
+            )),
+            _ => None,
+        }
+    }
+
+    /// The NCCL ratios of the reference measure.
+    pub fn nccl_ratios(&self) -> Option<(Option<f64>, Option<f64>)> {
+        self.reference().and_then(|m| self.nccl_ratios_of(m))
     }
 
     /// mpi_time / gpucoll_time (> 1: gpucoll is faster).
@@ -169,7 +225,7 @@ impl Row {
         }
     }
 
-    pub fn format(&self, show_oop: bool, show_ip: bool, vs_mpi: bool) -> String {
+    pub fn format(&self, show_oop: bool, show_ip: bool, vs_mpi: bool, vs_nccl: bool) -> String {
         let root = match self.root {
             Some(r) => r as i64,
             None => -1,
@@ -189,6 +245,33 @@ impl Row {
                     s.push_str(&format!("  {:>9}  {:>7}", fmt_time(*t), "-"))
                 }
                 _ => s.push_str(&format!("  {:>9}  {:>7}", "n/a", "-")),
+            }
+        }
+        if vs_nccl {
+            let ratio = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{r:.3}"));
+            match (&self.nccl, self.nccl_ratios()) {
+                (
+                    Some(NcclMeasure::Time {
+                        time_us,
+                        busbw,
+                        async_time_us,
+                        wrong,
+                        ..
+                    }),
+                    r,
+                ) => {
+                    let (rb, rt) = r.unwrap_or((None, None));
+                    s.push_str(&format!(
+                        "  {}  {:6.2}  {}  {:>6}  {:>7}  {:>7}",
+                        fmt_time(*time_us),
+                        busbw,
+                        fmt_time(*async_time_us),
+                        wrong.map_or("N/A".to_string(), |w| w.to_string()),
+                        ratio(rb),
+                        ratio(rt)
+                    ))
+                }
+                _ => s.push_str(&format!("  {:>w$}", "n/a", w = NCCL_W)),
             }
         }
         s
@@ -216,6 +299,7 @@ impl Row {
                     "\"wrong\":{}",
                     m.wrong.map_or("null".to_string(), |w| w.to_string())
                 ),
+                format!("\"iters\":{}", m.iters),
                 format!("\"ranks\":{ranks}"),
                 format!("\"nodes\":{nodes}"),
                 format!("\"backend\":{}", json_str(backend)),
@@ -239,10 +323,172 @@ impl Row {
                 }
                 None => {}
             }
+            match &self.nccl {
+                Some(NcclMeasure::Time {
+                    time_us,
+                    algbw,
+                    busbw,
+                    async_time_us,
+                    iters,
+                    wrong,
+                }) => {
+                    let (rb, rt) = self.nccl_ratios_of(m).unwrap_or((None, None));
+                    let opt = |x: Option<f64>| x.map_or("null".to_string(), json_num);
+                    fields.push("\"nccl\":true".to_string());
+                    fields.push(format!("\"nccl_time_us\":{}", json_num(*time_us)));
+                    fields.push(format!("\"nccl_algbw_gbs\":{}", json_num(*algbw)));
+                    fields.push(format!("\"nccl_busbw_gbs\":{}", json_num(*busbw)));
+                    fields.push(format!(
+                        "\"nccl_async_time_us\":{}",
+                        json_num(*async_time_us)
+                    ));
+                    fields.push(format!("\"nccl_iters\":{iters}"));
+                    fields.push(format!(
+                        "\"nccl_wrong\":{}",
+                        wrong.map_or("null".to_string(), |w| w.to_string())
+                    ));
+                    fields.push(format!("\"busbw_ratio_vs_nccl\":{}", opt(rb)));
+                    fields.push(format!("\"time_ratio_vs_nccl\":{}", opt(rt)));
+                }
+                Some(NcclMeasure::Unsupported) => {
+                    fields.push("\"nccl\":false".to_string());
+                    for k in [
+                        "nccl_time_us",
+                        "nccl_algbw_gbs",
+                        "nccl_busbw_gbs",
+                        "nccl_async_time_us",
+                        "nccl_wrong",
+                        "busbw_ratio_vs_nccl",
+                        "time_ratio_vs_nccl",
+                    ] {
+                        fields.push(format!("\"{k}\":null"));
+                    }
+                }
+                None => {}
+            }
             out.push(format!("{{{}}}", fields.join(",")));
         }
         out
     }
+}
+
+/// Human size: 8 B, 64 KiB, 1 GiB.
+pub fn fmt_bytes(b: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut i = 0;
+    let mut v = b as f64;
+    while v >= 1024.0 && i + 1 < UNITS.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if v.fract() == 0.0 {
+        format!("{v:.0} {}", UNITS[i])
+    } else {
+        format!("{v:.1} {}", UNITS[i])
+    }
+}
+
+/// The rows of each (collective, datatype, op), in first-seen order.
+pub fn series(rows: &[Row]) -> Vec<Vec<&Row>> {
+    let mut out: Vec<Vec<&Row>> = Vec::new();
+    for r in rows {
+        match out.iter_mut().find(|s| {
+            let f = s[0];
+            f.coll == r.coll && f.dtype == r.dtype && f.op == r.op
+        }) {
+            Some(s) => s.push(r),
+            None => out.push(vec![r]),
+        }
+    }
+    out
+}
+
+/// Sizes up to this count as small messages in the summary's latency.
+pub const LATENCY_MAX_BYTES: u64 = 1024;
+
+/// A Markdown table (each line prefixed with `# `) of gpucoll against NCCL
+/// per collective: busbw at the largest size, peak busbw, small-message
+/// latency (the smallest mean time over sizes up to 1 KiB, or at the
+/// smallest size), and the geometric mean of the time ratio over all sizes.
+/// Empty when no row has NCCL figures.
+pub fn nccl_summary(rows: &[Row]) -> Vec<String> {
+    if !rows.iter().any(|r| r.nccl.is_some()) {
+        return Vec::new();
+    }
+    let mut out = vec![
+        "# gpucoll vs NCCL (gc = gpucoll out-of-place, in-place for broadcast; NCCL = blocking \
+         calls; ratios gc/nccl: busbw ratio < 1 and time ratio > 1 mean NCCL is faster; \
+         latency = smallest mean time over sizes <= 1 KiB)"
+            .to_string(),
+        "# | collective | type | op | largest | busbw gc | busbw nccl | ratio | peak gc | \
+         peak nccl | ratio | latency gc (us) | latency nccl (us) | ratio | time ratio \
+         geomean |"
+            .to_string(),
+        "# |---|---|---|---|---|---|---|---|---|---|---|---|---|---|".to_string(),
+    ];
+    for s in series(rows) {
+        let f = s[0];
+        let both: Vec<(&Row, &Measure, f64, f64)> = s
+            .iter()
+            .filter_map(|r| match (&r.nccl, r.reference()) {
+                (Some(NcclMeasure::Time { time_us, busbw, .. }), Some(m)) => {
+                    Some((*r, m, *time_us, *busbw))
+                }
+                _ => None,
+            })
+            .collect();
+        let name = format!("# | {} | {} | {} |", f.coll.name(), f.dtype, f.op);
+        let (Some(first), Some(last)) = (both.first(), both.last()) else {
+            out.push(format!("{name} n/a | | | | | | | | | | |"));
+            continue;
+        };
+        let ratio = |a: f64, b: f64| {
+            if b > 0.0 {
+                format!("{:.3}", a / b)
+            } else {
+                "-".to_string()
+            }
+        };
+        let peak_gc = both.iter().map(|x| x.1.busbw).fold(0.0, f64::max);
+        let peak_nccl = both.iter().map(|x| x.3).fold(0.0, f64::max);
+        let small: Vec<_> = both
+            .iter()
+            .filter(|x| x.0.bytes <= LATENCY_MAX_BYTES.max(first.0.bytes))
+            .collect();
+        let lat_gc = small
+            .iter()
+            .map(|x| x.1.time_us)
+            .fold(f64::INFINITY, f64::min);
+        let lat_nccl = small.iter().map(|x| x.2).fold(f64::INFINITY, f64::min);
+        let logs: Vec<f64> = both
+            .iter()
+            .filter(|x| x.1.time_us > 0.0 && x.2 > 0.0)
+            .map(|x| (x.1.time_us / x.2).ln())
+            .collect();
+        let geo = if logs.is_empty() {
+            "-".to_string()
+        } else {
+            format!(
+                "{:.3}",
+                (logs.iter().sum::<f64>() / logs.len() as f64).exp()
+            )
+        };
+        out.push(format!(
+            "{name} {} | {:.2} | {:.2} | {} | {:.2} | {:.2} | {} | {:.2} | {:.2} | {} | {} |",
+            fmt_bytes(last.0.bytes),
+            last.1.busbw,
+            last.3,
+            ratio(last.1.busbw, last.3),
+            peak_gc,
+            peak_nccl,
+            ratio(peak_gc, peak_nccl),
+            lat_gc,
+            lat_nccl,
+            ratio(lat_gc, lat_nccl),
+            geo
+        ));
+    }
+    out
 }
 
 /// A JSON string literal.
@@ -314,6 +560,7 @@ mod tests {
             algbw: 0.1,
             busbw: 0.15,
             wrong: Some(0),
+            iters: 20,
         };
         let row = Row {
             coll: CollKind::AllReduce,
@@ -328,16 +575,98 @@ mod tests {
                 ..m
             }),
             mpi: Some(MpiMeasure::Time(25.0)),
+            nccl: Some(NcclMeasure::Time {
+                time_us: 5.0,
+                algbw: 0.2,
+                busbw: 0.3,
+                async_time_us: 4.0,
+                iters: 20,
+                wrong: Some(0),
+            }),
         };
         assert_eq!(row.ratio(), Some(2.0));
-        let line = row.format(true, true, true);
+        let (rb, rt) = row.nccl_ratios().unwrap();
+        assert!((rb.unwrap() - 0.5).abs() < 1e-12 && (rt.unwrap() - 2.5).abs() < 1e-12);
+        let nline = row.format(true, true, false, true);
+        assert!(nline.contains("0.500") && nline.contains("2.500") && nline.contains("4.00"));
+        let hdr = header(true, true, false, true);
+        assert!(hdr.contains("NCCL") && hdr.contains("gc/nccl"));
+        assert_eq!(hdr.lines().count(), 3);
+        let line = row.format(true, true, true, false);
         assert!(line.contains("12.50") && line.contains("2.00") && line.contains("  -1"));
         let js = row.json_objects(4, 1, "host");
         assert_eq!(js.len(), 2);
         assert!(js[0].starts_with("{\"collective\":\"all_reduce\""));
         assert!(js[1].contains("\"in_place\":true"));
         assert!(js[0].contains("\"mpi_ratio\":2"));
+        assert!(js[0].contains("\"nccl_busbw_gbs\":0.3"));
+        assert!(js[0].contains("\"busbw_ratio_vs_nccl\":0.5"));
+        assert!(js[0].contains("\"iters\":20"));
+        let sum = nccl_summary(std::slice::from_ref(&row));
+        assert_eq!(sum.len(), 4);
+        assert!(sum[3].starts_with("# | all_reduce | float | sum | 1 KiB | 0.15 | 0.30 | 0.500"));
+        let mut un = row.clone();
+        un.nccl = Some(NcclMeasure::Unsupported);
+        assert!(un
+            .format(true, true, false, true)
+            .trim_end()
+            .ends_with("n/a"));
+        assert!(un.json_objects(2, 1, "cuda")[0].contains("\"nccl_time_us\":null"));
+        assert!(nccl_summary(&[un])[3].contains("n/a"));
+        assert_eq!(fmt_bytes(8), "8 B");
+        assert_eq!(fmt_bytes(1 << 30), "1 GiB");
+        assert_eq!(fmt_bytes(1536), "1.5 KiB");
         assert_eq!(json_str("a\"b"), "\"a\\\"b\"");
         assert_eq!(json_num(f64::NAN), "null");
+    }
+
+    #[test]
+    fn nccl_summary_uses_small_sizes_for_latency() {
+        let mk = |bytes: u64, gc_us: f64, nccl_us: f64| Row {
+            coll: CollKind::AllGather,
+            dtype: "float",
+            op: "none".into(),
+            root: None,
+            bytes,
+            count: 1,
+            out_of_place: Some(Measure {
+                in_place: false,
+                time_us: gc_us,
+                algbw: bytes as f64 / gc_us / 1e3,
+                busbw: bytes as f64 / gc_us / 2e3,
+                wrong: Some(0),
+                iters: 5,
+            }),
+            in_place: None,
+            mpi: None,
+            nccl: Some(NcclMeasure::Time {
+                time_us: nccl_us,
+                algbw: bytes as f64 / nccl_us / 1e3,
+                busbw: bytes as f64 / nccl_us / 2e3,
+                async_time_us: nccl_us,
+                iters: 5,
+                wrong: Some(0),
+            }),
+        };
+        // The first size is an outlier; 256 B holds the latencies; 1 MiB
+        // is not a small message.
+        let rows = [
+            mk(8, 90.0, 45.0),
+            mk(256, 20.0, 16.0),
+            mk(1 << 20, 10.0, 5.0),
+        ];
+        let s = nccl_summary(&rows);
+        assert_eq!(s.len(), 4);
+        let cells: Vec<&str> = s[3].split('|').map(str::trim).collect();
+        // "# ", coll, type, op, largest, bw gc, bw nccl, ratio, peak gc,
+        // peak nccl, ratio, lat gc, lat nccl, ratio, geomean.
+        assert_eq!(cells[4], "1 MiB");
+        assert_eq!(cells[7], "0.500");
+        assert_eq!(
+            (cells[11], cells[12], cells[13]),
+            ("20.00", "16.00", "1.250")
+        );
+        let geo = (2.0f64 * 1.25 * 2.0).powf(1.0 / 3.0);
+        assert_eq!(cells[14], format!("{geo:.3}"));
     }
 }

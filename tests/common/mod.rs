@@ -619,7 +619,7 @@ pub fn from_bytes<T: El>(b: &[u8]) -> Vec<T> {
 
 /// Every rank's `mine`, gathered with MPI's own allgather (as bytes).
 pub fn gather_inputs<T: El>(comm: &Communicator, mine: &[T]) -> Vec<Vec<T>> {
-    let n = comm.size() as usize;
+    let n = comm.size();
     if mine.is_empty() {
         // reference::* with two empty slices: see docs/TEST_FINDINGS.md (MPI_ERR_ARG)
         return vec![Vec::new(); n];
@@ -749,7 +749,9 @@ pub fn check<T: El>(label: &str, got: &[T], exp: &Expect<T>, fails: &mut Vec<Str
         Expect::Approx { exp, tol } => {
             for (i, g) in got.iter().enumerate() {
                 let gv = g.to_f64();
-                if !((gv - exp[i]).abs() <= tol[i]) {
+                let err = (gv - exp[i]).abs();
+                // NaN must fail too, so test for "within" and negate.
+                if err.is_nan() || err > tol[i] {
                     bad += 1;
                     if first.len() < 5 {
                         first.push(format!(
