@@ -5,6 +5,7 @@
 # `mpirun`, libclang and the C toolchain are all there it installs nothing.
 #
 #   ./scripts/setup.sh            # as root, or as a user with sudo
+#   ./scripts/setup.sh --cuda     # also the pinned nvcc wheels (feature cuda)
 #
 # What and why:
 #   openmpi-bin libopenmpi-dev   mpirun and mpicc; mpi-sys's build script runs
@@ -97,15 +98,60 @@ check_rust() {
     fi
 }
 
-# CUDA toolchain for the (future) cuda backend: nvcc and headers from pinned
-# PyPI wheels. Nothing needs it yet, so it does nothing and is not called.
+# CUDA toolchain for the `cuda` feature: nvcc, cicc, ptxas and the CUDA
+# headers from pinned PyPI wheels, unpacked into ./.cuda (git-ignored), where
+# build.rs finds nvcc by itself. Every package is pinned: nvcc's wheel names
+# its dependencies unpinned and would otherwise pull a newer, mismatched CUDA.
+# Output of nvcc 13.0 needs an NVIDIA driver >= 580 to run.
+CUDA_WHEELS=(
+    nvidia-cuda-nvcc==13.0.88
+    nvidia-cuda-runtime==13.0.96
+    nvidia-cuda-crt==13.0.88
+    nvidia-nvvm==13.0.88
+    nvidia-cuda-cccl==13.0.85
+)
+
 install_cuda_toolchain() {
-    log "the CUDA backend is not part of this build yet; no CUDA toolchain installed"
+    local root
+    root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    local nvcc="$root/.cuda/nvidia/cu13/bin/nvcc"
+    if [ -x "$nvcc" ]; then
+        log "CUDA toolchain present: $("$nvcc" --version | tail -n 1)"
+        return 0
+    fi
+    local py
+    py="$(command -v python3 || command -v python || true)"
+    [ -n "$py" ] || die "--cuda needs python3 with pip to fetch the pinned nvcc wheels"
+    log "installing the pinned CUDA 13.0 toolchain wheels into $root/.cuda"
+    "$py" -m pip install --quiet --disable-pip-version-check --no-deps \
+        --target "$root/.cuda" "${CUDA_WHEELS[@]}"
+    [ -x "$nvcc" ] || die "nvcc not found at $nvcc after installing the wheels"
+    log "CUDA toolchain ready: $("$nvcc" --version | tail -n 1)"
+}
+
+usage() {
+    cat <<USAGE
+usage: scripts/setup.sh [--cuda]
+  (no option)  install Open MPI, libclang and a C toolchain if missing; check cargo
+  --cuda       also install nvcc 13.0 from pinned PyPI wheels into ./.cuda
+               (needed to build with --features cuda)
+USAGE
 }
 
 main() {
+    local cuda=no
+    for arg in "$@"; do
+        case "$arg" in
+            --cuda) cuda=yes ;;
+            -h | --help) usage; exit 0 ;;
+            *) usage >&2; die "unknown option: $arg" ;;
+        esac
+    done
     install_system_packages
     check_rust
+    if [ "$cuda" = yes ]; then
+        install_cuda_toolchain
+    fi
     log "ok"
 }
 
