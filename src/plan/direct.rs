@@ -9,8 +9,9 @@
 use super::build::{div_ceil, flow, own_input, round_up, Ctx};
 use super::{Flow, Peers, Region, Step};
 
-/// all_to_all: copy my own block, then for `d` in `1..n` exchange with
-/// `to = me + d` / `from = me - d`. In place the input blocks would be
+/// all_to_all: copy my own block, then, chunk by chunk, send to every peer
+/// and receive from every peer (`to = me + d`, `from = me - d` for `d` in
+/// `1..n`). In place the input blocks would be
 /// overwritten by incoming ones before being sent, so they are first copied
 /// to scratch and sent from there.
 pub(crate) fn all_to_all(cx: &Ctx<'_>, s: u64, e: u64, steps: &mut Vec<Step>) {
@@ -37,22 +38,32 @@ pub(crate) fn all_to_all(cx: &Ctx<'_>, s: u64, e: u64, steps: &mut Vec<Step>) {
             }));
         }
     }
-    for d in 1..n {
-        let to = (me + d) % n;
-        let from = (me + n - d) % n;
-        for (o, k) in cx.chunks(s, e) {
-            let src_at = cx.at(to, o);
-            steps.push(Step::Exchange {
-                to,
-                src: if in_place {
-                    Region::scratch(src_at)
+    // Chunk by chunk: send this chunk of every peer's block, then receive
+    // this chunk from every peer. A chunk is at most half a FIFO, so the
+    // sends never wait for a receiver (a connector holds at most this chunk
+    // and the next one), and ranks need not meet pairwise round by round,
+    // which costs dearly when ranks outnumber cores.
+    for (o, k) in cx.chunks(s, e) {
+        for d in 1..n {
+            let to = (me + d) % n;
+            let at = cx.at(to, o);
+            steps.push(Step::Flow(Flow {
+                src: Some(if in_place {
+                    Region::scratch(at)
                 } else {
-                    Region::input(src_at)
-                },
-                from,
-                dst: Region::output(cx.at(from, o)),
-                count: k,
-            });
+                    Region::input(at)
+                }),
+                send: Peers::one(to),
+                ..flow(k)
+            }));
+        }
+        for d in 1..n {
+            let from = (me + n - d) % n;
+            steps.push(Step::Flow(Flow {
+                recv: Peers::one(from),
+                dst: Some(Region::output(cx.at(from, o))),
+                ..flow(k)
+            }));
         }
     }
 }

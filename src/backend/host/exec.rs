@@ -287,6 +287,52 @@ impl<F: Fabric> FabricInfo for F {
     }
 }
 
+/// Scratch buffers kept between launches: a large in-place all_to_all needs
+/// one as big as its buffer, and allocating (and faulting in) that much
+/// memory on every call costs more than the collective itself.
+mod scratch_pool {
+    use std::sync::Mutex;
+
+    /// Keep at most this many u64s cached (512 MiB).
+    const MAX_CACHED: usize = 64 << 20;
+
+    static POOL: Mutex<Vec<Vec<u64>>> = Mutex::new(Vec::new());
+
+    /// A buffer of at least `len` u64s. Its contents are unspecified: plans
+    /// write scratch before they read it.
+    pub(super) fn take(len: usize) -> Vec<u64> {
+        if len == 0 {
+            return Vec::new();
+        }
+        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        match pool.iter().position(|b| b.len() >= len) {
+            Some(i) => pool.swap_remove(i),
+            None => vec![0u64; len],
+        }
+    }
+
+    /// Return a buffer for reuse, keeping the largest ones up to the cap.
+    pub(super) fn give(buf: Vec<u64>) {
+        if buf.is_empty() || buf.len() > MAX_CACHED {
+            return;
+        }
+        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        pool.push(buf);
+        pool.sort_unstable_by_key(|b| std::cmp::Reverse(b.len()));
+        let mut total = 0;
+        pool.retain(|b| {
+            total += b.len();
+            total <= MAX_CACHED
+        });
+    }
+}
+
+impl Drop for Item {
+    fn drop(&mut self) {
+        scratch_pool::give(std::mem::take(&mut self._scratch_buf));
+    }
+}
+
 /// Resolve and validate a launch (before any data moves) and allocate its
 /// scratch buffers.
 pub(crate) fn prepare<F: Fabric>(fab: &F, launch: &Launch) -> Result<Prepared> {
@@ -306,7 +352,7 @@ pub(crate) fn prepare<F: Fabric>(fab: &F, launch: &Launch) -> Result<Prepared> {
             .checked_mul(esize as u64)
             .and_then(|b| usize::try_from(b).ok())
             .ok_or(Error::CountTooLarge(plan.scratch_elems))?;
-        let mut scratch_buf = vec![0u64; scratch_bytes.div_ceil(8)];
+        let mut scratch_buf = scratch_pool::take(scratch_bytes.div_ceil(8));
         let scratch = Mem {
             ptr: scratch_buf.as_mut_ptr() as *mut u8,
             elems: plan.scratch_elems,
