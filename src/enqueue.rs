@@ -148,38 +148,60 @@ impl Engine {
         mpi: &MpiComm,
         calls: &[Call],
     ) -> Result<Box<dyn PendingWork>> {
+        self.with_launch(mpi, calls, |backend, launch| {
+            // SAFETY: the caller guarantees the buffers outlive the work.
+            let inner = unsafe { backend.submit(launch)? };
+            Ok(Box::new(TrackedWork {
+                inner,
+                failed: self.failed.clone(),
+            }) as Box<dyn PendingWork>)
+        })
+    }
+
+    /// Check, plan and run `calls` as one launch, returning when it is done.
+    ///
+    /// # Safety
+    /// Every buffer of `calls` must be valid and untouched by anything else
+    /// for the duration of this call.
+    pub(crate) unsafe fn run(&self, mpi: &MpiComm, calls: &[Call]) -> Result<()> {
+        self.with_launch(mpi, calls, |backend, launch| {
+            // SAFETY: the buffers are valid for this whole (blocking) call.
+            unsafe { backend.run(launch) }
+        })
+    }
+
+    /// Number, check and plan `calls`, then hand the launch to `go` while
+    /// still holding the sequence lock, so launches reach the backend in
+    /// the order their numbers say. A fatal error fails the communicator.
+    fn with_launch<T>(
+        &self,
+        mpi: &MpiComm,
+        calls: &[Call],
+        go: impl FnOnce(&dyn Backend, Launch) -> Result<T>,
+    ) -> Result<T> {
         self.failed.check()?;
         let mut next = self.next_seq.lock().unwrap_or_else(|e| e.into_inner());
         let first_seq = *next;
         *next += calls.len() as u64;
-        if self.config.check {
-            if let Err(e) = self.check_signatures(mpi, first_seq, calls) {
-                self.failed.record(&e);
-                return Err(e);
+        let result = (|| {
+            if self.config.check {
+                self.check_signatures(mpi, first_seq, calls)?;
             }
-        }
-        let items = calls
-            .iter()
-            .map(|c| BoundPlan {
-                plan: Arc::new(self.plan(&c.task)),
-                input: c.input,
-                output: c.output,
-            })
-            .collect();
-        let launch = Launch { first_seq, items };
-        // SAFETY: the caller guarantees the buffers outlive the work.
-        let inner = unsafe { self.backend.submit(launch) };
+            let items = calls
+                .iter()
+                .map(|c| BoundPlan {
+                    plan: Arc::new(self.plan(&c.task)),
+                    input: c.input,
+                    output: c.output,
+                })
+                .collect();
+            go(self.backend.as_ref(), Launch { first_seq, items })
+        })();
         drop(next);
-        match inner {
-            Ok(inner) => Ok(Box::new(TrackedWork {
-                inner,
-                failed: self.failed.clone(),
-            })),
-            Err(e) => {
-                self.failed.record(&e);
-                Err(e)
-            }
+        if let Err(e) = &result {
+            self.failed.record(e);
         }
+        result
     }
 
     /// Compare a fixed-size signature of this submission across ranks.

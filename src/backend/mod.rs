@@ -91,6 +91,18 @@ pub trait Backend: Send + Sync {
     /// or any error.
     unsafe fn submit(&self, launch: Launch) -> Result<Box<dyn PendingWork>>;
 
+    /// Execute a launch and return when it has completed: what a blocking
+    /// collective does. Backends may override this with a faster path (the
+    /// host backend runs it on the caller's thread when nothing is queued).
+    ///
+    /// # Safety
+    /// As for [`submit`](Self::submit), for the duration of this call.
+    unsafe fn run(&self, launch: Launch) -> Result<()> {
+        // SAFETY: forwarded from the caller; we wait before returning.
+        let mut work = unsafe { self.submit(launch)? };
+        work.wait()
+    }
+
     /// Make every pending and future operation fail quickly; tells peers.
     fn abort(&self, reason: &str);
 

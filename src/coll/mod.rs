@@ -53,10 +53,9 @@ impl Communicator {
     /// Run calls as one launch and wait for them.
     pub(crate) fn run_blocking(&self, calls: &[Call]) -> Result<()> {
         let inner = self.inner_checked()?;
-        // SAFETY: the buffers are borrowed by the caller for this whole call
-        // and we wait for completion before returning.
-        let mut work = unsafe { inner.engine.submit(&inner.mpi, calls)? };
-        work.wait()
+        // SAFETY: the buffers are borrowed by the caller for this whole call,
+        // which returns only once the work has completed.
+        unsafe { inner.engine.run(&inner.mpi, calls) }
     }
 
     /// Start one call whose buffers are borrowed for the scope's lifetime.

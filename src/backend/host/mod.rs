@@ -456,6 +456,26 @@ impl Backend for HostBackend {
         }
     }
 
+    unsafe fn run(&self, launch: Launch) -> Result<()> {
+        // A blocking call with nothing queued runs on the caller's thread:
+        // handing it to the worker and waking the caller again costs more
+        // than a small collective. Launches still run in issue order: the
+        // engine submits one at a time, and the worker is idle.
+        match &self.worker {
+            Some(w) if !w.idle() => {
+                // SAFETY: forwarded from the caller; we wait before returning.
+                let mut work = unsafe { self.submit(launch)? };
+                work.wait()
+            }
+            _ => {
+                if let Some(e) = self.inner.state_error() {
+                    return Err(e);
+                }
+                self.inner.run_launch(&launch)
+            }
+        }
+    }
+
     fn abort(&self, reason: &str) {
         self.inner.aborted.store(true, Ordering::Release);
         if self.inner.mark_failed(format!("aborted: {reason}")) {

@@ -7,6 +7,7 @@
 
 use crate::backend::{Launch, PendingWork};
 use crate::error::{Error, Result};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -86,6 +87,8 @@ impl Drop for Job {
 pub(crate) struct Worker {
     tx: Mutex<Option<mpsc::Sender<Job>>>,
     handle: Option<JoinHandle<()>>,
+    /// Launches queued or running on the thread.
+    inflight: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -101,6 +104,8 @@ impl Worker {
         R: Fn(&Launch) -> Result<()> + Send + 'static,
     {
         let (tx, rx) = mpsc::channel::<Job>();
+        let inflight = Arc::new(AtomicUsize::new(0));
+        let counter = inflight.clone();
         let handle = std::thread::Builder::new()
             .name(name)
             .spawn(move || {
@@ -113,6 +118,7 @@ impl Worker {
                                 ))
                             });
                     job.done.finish(r);
+                    counter.fetch_sub(1, Ordering::AcqRel);
                 }
             })
             .map_err(|e| Error::System {
@@ -122,7 +128,14 @@ impl Worker {
         Ok(Worker {
             tx: Mutex::new(Some(tx)),
             handle: Some(handle),
+            inflight,
         })
+    }
+
+    /// Whether nothing is queued or running (so the caller may run a
+    /// launch itself without overtaking earlier ones).
+    pub(crate) fn idle(&self) -> bool {
+        self.inflight.load(Ordering::Acquire) == 0
     }
 
     /// Queue a launch.
@@ -134,9 +147,12 @@ impl Worker {
         };
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
         match tx.as_ref() {
-            Some(tx) => tx.send(job).map_err(|_| {
-                Error::Backend("the host backend's worker thread has stopped".into())
-            })?,
+            Some(tx) => {
+                self.inflight.fetch_add(1, Ordering::AcqRel);
+                tx.send(job).map_err(|_| {
+                    Error::Backend("the host backend's worker thread has stopped".into())
+                })?
+            }
             None => return Err(Error::Backend("the host backend is shutting down".into())),
         }
         Ok(Pending(done))
