@@ -411,38 +411,119 @@ mod imp {
         }
     }
 
-    fn perf(env: &mut Env, log: &mut String) -> gpucoll::Result<()> {
-        for &mib in &[1u64, 8, 64, 256] {
-            let count = mib * (1 << 20) / 4;
-            let src = DeviceBuffer::<f32>::zeroed(env.gpu, count as usize)?;
-            let mut dst = DeviceBuffer::<f32>::zeroed(env.gpu, count as usize)?;
+    /// Time `iters` calls of `task`: (submit + wait each, back to back then
+    /// one wait), in µs per call.
+    fn time_task(
+        env: &mut Env,
+        task: Task,
+        i: RawBuffer,
+        o: RawBuffer,
+        iters: usize,
+    ) -> gpucoll::Result<(f64, f64)> {
+        for _ in 0..3 {
+            env.run(vec![(task, i, o)])?;
+        }
+        env.mpi.barrier()?;
+        let t = Instant::now();
+        for _ in 0..iters {
+            env.run(vec![(task, i, o)])?;
+        }
+        let sync_us = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
+        let plan = Arc::new(env.plan(&task));
+        // Twice: the first pass fills the backend's pool of launch buffers.
+        let mut async_us = 0.0;
+        for _ in 0..2 {
+            env.mpi.barrier()?;
+            let t = Instant::now();
+            let mut pend = Vec::with_capacity(iters);
+            for _ in 0..iters {
+                let launch = Launch {
+                    first_seq: env.seq,
+                    items: vec![BoundPlan {
+                        plan: plan.clone(),
+                        input: i,
+                        output: o,
+                    }],
+                };
+                env.seq += 1;
+                // SAFETY: the buffers outlive every pending call (all waited below).
+                pend.push(unsafe { env.backend.submit(launch)? });
+            }
+            for mut w in pend {
+                w.wait()?;
+            }
+            async_us = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
+        }
+        Ok((sync_us, async_us))
+    }
+
+    /// `--perf SPEC`: SPEC is a comma list of `coll:bytes` (bytes with an
+    /// optional k/m/g suffix; the nccl-tests size: the larger buffer).
+    fn perf(env: &mut Env, spec: &str, log: &mut String) -> gpucoll::Result<()> {
+        let n = env.n as u64;
+        for item in spec.split(',').filter(|s| !s.is_empty()) {
+            let (coll, size) = item.split_once(':').unwrap_or(("all_reduce", item));
+            let kind = CollKind::parse(coll).unwrap_or(CollKind::AllReduce);
+            let size = size.trim().to_ascii_lowercase();
+            let (num, mul) = match size.chars().last() {
+                Some('k') => (&size[..size.len() - 1], 1u64 << 10),
+                Some('m') => (&size[..size.len() - 1], 1 << 20),
+                Some('g') => (&size[..size.len() - 1], 1 << 30),
+                _ => (&size[..], 1),
+            };
+            let bytes = num.parse::<u64>().unwrap_or(0) * mul;
+            let total = (bytes / 4).max(1);
+            let per = match kind {
+                CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll => {
+                    (total / n).max(1)
+                }
+                _ => total,
+            };
+            let (in_len, out_len) = match kind {
+                CollKind::AllGather => (per, per * n),
+                CollKind::ReduceScatter => (per * n, per),
+                CollKind::AllToAll => (per * n, per * n),
+                _ => (per, per),
+            };
+            let src = DeviceBuffer::<f32>::zeroed(env.gpu, in_len as usize)?;
+            let mut dst = DeviceBuffer::<f32>::zeroed(env.gpu, out_len as usize)?;
             let task = Task {
-                kind: CollKind::AllReduce,
+                kind,
                 dtype: Datatype::F32,
                 op: ReduceOp::Sum,
-                count,
+                count: per,
                 root: 0,
                 in_place: false,
             };
-            let (i, o) = (src.raw(), dst.raw_mut());
-            for _ in 0..3 {
-                env.run(vec![(task, i, o)])?;
-            }
-            let iters = if mib >= 64 { 10 } else { 30 };
-            env.mpi.barrier()?;
-            let t = Instant::now();
-            for _ in 0..iters {
-                env.run(vec![(task, i, o)])?;
-            }
-            let us = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
-            let bytes = (count * 4) as f64;
-            let algbw = bytes / us / 1e3;
-            let busbw = algbw * 2.0 * (env.n as f64 - 1.0) / env.n as f64;
+            let b = in_len.max(out_len) * 4;
+            let iters = if b >= 256 << 20 {
+                10
+            } else if b >= 16 << 20 {
+                30
+            } else {
+                200
+            };
+            let (sync_us, async_us) = time_task(env, task, src.raw(), dst.raw_mut(), iters)?;
+            let nf = env.n as f64;
+            let factor = match kind {
+                CollKind::AllReduce => 2.0 * (nf - 1.0) / nf,
+                CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll => {
+                    (nf - 1.0) / nf
+                }
+                _ => 1.0,
+            };
+            let busbw = b as f64 / async_us / 1e3 * factor;
             let choice = env.tuner.choose(&task);
             let _ = writeln!(
                 log,
-                "perf all_reduce f32 {mib:>4} MiB: {us:>10.1} us  algbw {algbw:>7.2} GB/s  busbw {busbw:>7.2} GB/s  ({} ch, {})",
-                choice.nchannels, choice.algorithm
+                "perf {:<14} {:>11} B  sync {:>9.1} us  async {:>9.1} us  busbw {:>7.1} GB/s  {} {}ch",
+                kind.name(),
+                b,
+                sync_us,
+                async_us,
+                busbw,
+                choice.algorithm,
+                choice.nchannels
             );
         }
         Ok(())
@@ -459,7 +540,17 @@ mod imp {
         let large: u64 = arg("--large")
             .and_then(|v| v.parse().ok())
             .unwrap_or(1 << 20);
-        let do_perf = args.iter().any(|a| a == "--perf");
+        // `--perf` alone: the default sizes; `--perf SPEC`: see perf().
+        let perf_spec = args.iter().position(|a| a == "--perf").map(|i| {
+            args.get(i + 1)
+                .filter(|v| !v.starts_with("--"))
+                .cloned()
+                .unwrap_or_else(|| {
+                    "all_reduce:1m,all_reduce:8m,all_reduce:64m,all_reduce:256m".into()
+                })
+        });
+        // `--perf-only`: skip the correctness sweep.
+        let check = !args.iter().any(|a| a == "--perf-only");
         let out = arg("--out");
 
         let universe = match gpucoll::initialize() {
@@ -513,9 +604,11 @@ mod imp {
         macro_rules! each { ($($t:ty),*) => {$(
             all_cases::<$t>(&mut env, &sizes, &mut log, &mut failures);
         )*}; }
-        each!(i8, u8, i32, u32, i64, u64, f16, bf16, f32, f64);
+        if check {
+            each!(i8, u8, i32, u32, i64, u64, f16, bf16, f32, f64);
+        }
         // Host buffers (staged through device memory by the backend).
-        for kind in CollKind::ALL {
+        for kind in CollKind::ALL.into_iter().filter(|_| check) {
             for ip in [false, true] {
                 let root = if kind.rooted() { env.n - 1 } else { 0 };
                 match case::<f32>(&mut env, kind, ReduceOp::Sum, 4099, ip, false, true, root) {
@@ -543,6 +636,9 @@ mod imp {
         }
         // A group: two all_reduces of different types in one launch.
         let group = (|| -> gpucoll::Result<usize> {
+            if !check {
+                return Ok(0);
+            }
             let a: Vec<i32> = (0..3000).map(|j| val(env.rank, j, true) as i32).collect();
             let b: Vec<f64> = (0..5000).map(|j| val(env.rank, j, true) as f64).collect();
             let da = DeviceBuffer::from_host(env.gpu, &a)?;
@@ -606,8 +702,8 @@ mod imp {
             let _ = writeln!(log, "{line}");
         }
         let calls = env.seq;
-        if do_perf && failures == 0 {
-            if let Err(e) = perf(&mut env, &mut log) {
+        if let Some(spec) = perf_spec.filter(|_| failures == 0) {
+            if let Err(e) = perf(&mut env, &spec, &mut log) {
                 failures += 1;
                 let _ = writeln!(log, "rank {} ERROR perf: {e}", env.rank);
             }

@@ -162,11 +162,72 @@ __device__ __forceinline__ T elem_value_first(const PieceShared& s, uint64_t i, 
   return v;
 }
 
+// U consecutive-stride 16-byte packs (k, k + nt, ...) of one piece: every
+// load is issued before the first combine, so each thread keeps U loads per
+// input in flight (one outstanding 16-byte load per thread cannot fill a link).
+template <typename T, uint32_t OP, int U>
+__device__ __forceinline__ void packs(const PieceShared& s, const GcArgs& a, uint64_t k, uint64_t nt) {
+  constexpr int E = 16 / sizeof(T);
+  uint4 acc[U];
+  int have = 0;
+  if (s.src) {
+#pragma unroll
+    for (int u = 0; u < U; u++) acc[u] = *reinterpret_cast<const uint4*>(s.src + (k + u * nt) * 16);
+    if (s.pre) {
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        T v[E];
+        memcpy(v, &acc[u], 16);
+#pragma unroll
+        for (int e = 0; e < E; e++) v[e] = Arith<T>::scale(v[e], a);
+        memcpy(&acc[u], v, 16);
+      }
+    }
+    have = 1;
+  }
+  for (int r = 0; r < s.nr; r++) {
+    uint4 x[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) x[u] = ld_vol128(s.rp[r] + (k + u * nt) * 16);
+    if (have) {
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        T v[E], w[E];
+        memcpy(v, &acc[u], 16);
+        memcpy(w, &x[u], 16);
+#pragma unroll
+        for (int e = 0; e < E; e++) v[e] = combine<T, OP>(v[e], w[e]);
+        memcpy(&acc[u], v, 16);
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; u++) acc[u] = x[u];
+    }
+    have = 1;
+  }
+  if (s.post) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      T v[E];
+      memcpy(v, &acc[u], 16);
+#pragma unroll
+      for (int e = 0; e < E; e++) v[e] = Arith<T>::div(v[e], a.div);
+      memcpy(&acc[u], v, 16);
+    }
+  }
+  for (int w = 0; w < s.nw; w++) {
+#pragma unroll
+    for (int u = 0; u < U; u++) *reinterpret_cast<uint4*>(s.wp[w] + (k + u * nt) * 16) = acc[u];
+  }
+}
+
 // value = pre(src) (+) recv[0] (+) recv[1] ... ; post-op; written to every output.
-template <typename T, uint32_t OP>
+// GC_UNROLL: 16-byte packs in flight per thread and input (4 or 8; the
+// gc_run8_* kernels use 8).
+template <typename T, uint32_t OP, int GC_UNROLL>
 __device__ void compute(const PieceShared& s, const GcArgs& a) {
   const uint64_t n = s.n;
-  const int tid = threadIdx.x, nt = blockDim.x;
+  const uint64_t tid = threadIdx.x, nt = blockDim.x;
   uintptr_t orall = (uintptr_t)s.src;
   for (int r = 0; r < s.nr; r++) orall |= (uintptr_t)s.rp[r];
   for (int w = 0; w < s.nw; w++) orall |= (uintptr_t)s.wp[w];
@@ -174,39 +235,9 @@ __device__ void compute(const PieceShared& s, const GcArgs& a) {
   uint64_t done = 0;
   if ((orall & 15) == 0) {
     const uint64_t npk = n / E;
-    for (uint64_t k = tid; k < npk; k += nt) {
-      T v[E];
-      int have = 0;
-      if (s.src) {
-        uint4 p = *reinterpret_cast<const uint4*>(s.src + k * 16);
-        memcpy(v, &p, 16);
-        if (s.pre) {
-#pragma unroll
-          for (int e = 0; e < E; e++) v[e] = Arith<T>::scale(v[e], a);
-        }
-        have = 1;
-      }
-      for (int r = 0; r < s.nr; r++) {
-        uint4 p = ld_vol128(s.rp[r] + k * 16);
-        T x[E];
-        memcpy(x, &p, 16);
-        if (have) {
-#pragma unroll
-          for (int e = 0; e < E; e++) v[e] = combine<T, OP>(v[e], x[e]);
-        } else {
-#pragma unroll
-          for (int e = 0; e < E; e++) v[e] = x[e];
-        }
-        have = 1;
-      }
-      if (s.post) {
-#pragma unroll
-        for (int e = 0; e < E; e++) v[e] = Arith<T>::div(v[e], a.div);
-      }
-      uint4 out;
-      memcpy(&out, v, 16);
-      for (int w = 0; w < s.nw; w++) *reinterpret_cast<uint4*>(s.wp[w] + k * 16) = out;
-    }
+    uint64_t k = tid;
+    for (; k + (GC_UNROLL - 1) * nt < npk; k += GC_UNROLL * nt) packs<T, OP, GC_UNROLL>(s, a, k, nt);
+    for (; k < npk; k += nt) packs<T, OP, 1>(s, a, k, nt);
     done = npk * E;
   }
   for (uint64_t i = done + tid; i < n; i += nt) {
@@ -222,13 +253,13 @@ __device__ void compute(const PieceShared& s, const GcArgs& a) {
   }
 }
 
-template <typename T>
+template <typename T, int U>
 __device__ __forceinline__ void compute_op(const PieceShared& s, const GcArgs& a) {
   switch (a.op) {
-    case GC_OP_SUM: compute<T, GC_OP_SUM>(s, a); break;
-    case GC_OP_PROD: compute<T, GC_OP_PROD>(s, a); break;
-    case GC_OP_MIN: compute<T, GC_OP_MIN>(s, a); break;
-    default: compute<T, GC_OP_MAX>(s, a); break;
+    case GC_OP_SUM: compute<T, GC_OP_SUM, U>(s, a); break;
+    case GC_OP_PROD: compute<T, GC_OP_PROD, U>(s, a); break;
+    case GC_OP_MIN: compute<T, GC_OP_MIN, U>(s, a); break;
+    default: compute<T, GC_OP_MAX, U>(s, a); break;
   }
 }
 
@@ -302,7 +333,11 @@ __device__ const char* recv_slot(const Ctx& c, uint32_t peer, uint64_t bytes, bo
     ok = false;
     return nullptr;
   }
-  __threadfence_system();  // acquire: slot contents after the tail
+  // No acquire fence (it would also wait for this thread's remote head and
+  // tail stores, a full NVLink round trip per piece): the sender fenced its
+  // data before the tail, and every later read of the slot is a volatile
+  // load issued after this one (bar.sync orders the other threads'), as in
+  // NCCL's Simple protocol.
   uint64_t slot = r->step % a.slots;
   uint64_t got = ld_vol64(r->meta + slot * 8);
   uint64_t want = make_meta(a.seq, bytes);
@@ -320,11 +355,19 @@ __device__ __forceinline__ char* send_slot_ptr(const Ctx& c, uint32_t peer) {
   return reinterpret_cast<char*>(s->data + (s->step % c.a->slots) * c.a->slot_bytes);
 }
 
-__device__ void send_publish(const Ctx& c, uint32_t peer, uint64_t bytes) {
-  GcSendConn* s = &c.sc[peer];
+// Thread 0 writes the slot's meta when it takes the slot, before the data:
+// the per-thread fence after the data then covers it, and publishing the
+// tail needs no fence of its own.
+__device__ __forceinline__ void send_meta(const Ctx& c, uint32_t peer, uint64_t bytes) {
+  const GcSendConn* s = &c.sc[peer];
   uint64_t slot = s->step % c.a->slots;
   st_vol64(s->meta + slot * 8, make_meta(c.a->seq, bytes));
-  __threadfence_system();
+}
+
+// Called after every thread fenced its slot writes (and the meta) and a
+// __syncthreads.
+__device__ void send_publish(const Ctx& c, uint32_t peer) {
+  GcSendConn* s = &c.sc[peer];
   s->step += 1;
   st_vol64(s->tail, s->step);
 }
@@ -343,10 +386,12 @@ __device__ void bump_progress(Ctx& c) {
 
 // ------------------------------------------------------------------ steps
 
-template <typename T>
+template <typename T, int U>
 __device__ bool run_flow(Ctx& c, const GcStep& stp, PieceShared& sh) {
   const GcArgs& a = *c.a;
-  const uint64_t pe = a.slot_bytes / sizeof(T);
+  // A step with no peer uses no slot: one piece.
+  const bool local = stp.nrecv == 0 && stp.nsend == 0;
+  const uint64_t pe = local ? stp.count : a.slot_bytes / sizeof(T);
   const uint64_t npieces = (stp.count + pe - 1) / pe;
   const bool reduce = stp.flags & GC_FLAG_REDUCE;
   for (uint64_t piece = 0; piece < npieces; piece++) {
@@ -367,6 +412,7 @@ __device__ bool run_flow(Ctx& c, const GcStep& stp, PieceShared& sh) {
       for (uint32_t i = 0; i < stp.nsend && !stop; i++) {
         uint32_t p = stp.send[i];
         if (!spin_until(c, p, [&] { return send_ready(c, p); })) { stop = 1; break; }
+        send_meta(c, p, bytes);
         sh.wp[sh.nw++] = send_slot_ptr(c, p);
       }
       if (stp.dst) sh.wp[sh.nw++] = reinterpret_cast<char*>(stp.dst + off * sizeof(T));
@@ -378,11 +424,13 @@ __device__ bool run_flow(Ctx& c, const GcStep& stp, PieceShared& sh) {
     }
     __syncthreads();
     if (sh.stop) return false;
-    compute_op<T>(sh, a);
-    __threadfence_system();
+    compute_op<T, U>(sh, a);
+    // Data to peers must land before their tail moves; reads of our slots
+    // are complete once their values were stored (before the barrier).
+    if (stp.nsend > 0) __threadfence_system();
     __syncthreads();
     if (threadIdx.x == 0) {
-      for (uint32_t i = 0; i < stp.nsend; i++) send_publish(c, stp.send[i], bytes);
+      for (uint32_t i = 0; i < stp.nsend; i++) send_publish(c, stp.send[i]);
       for (uint32_t i = 0; i < stp.nrecv; i++) recv_release(c, stp.recv[i]);
       bump_progress(c);
     }
@@ -393,7 +441,7 @@ __device__ bool run_flow(Ctx& c, const GcStep& stp, PieceShared& sh) {
 
 // Sends run ahead up to a FIFO; piece i is received only after piece i was
 // sent, so an in-place exchange never overwrites data it has not sent.
-template <typename T>
+template <typename T, int U>
 __device__ bool run_exchange(Ctx& c, const GcStep& stp, PieceShared& sh) {
   const GcArgs& a = *c.a;
   const uint32_t to = stp.send[0], from = stp.recv[0];
@@ -449,6 +497,7 @@ __device__ bool run_exchange(Ctx& c, const GcStep& stp, PieceShared& sh) {
         if (action == 0) {
           sh.src = reinterpret_cast<const char*>(stp.src + off * sizeof(T));
           sh.nr = 0;
+          send_meta(c, to, n * sizeof(T));
           sh.wp[0] = send_slot_ptr(c, to);
         } else {
           bool ok;
@@ -464,12 +513,12 @@ __device__ bool run_exchange(Ctx& c, const GcStep& stp, PieceShared& sh) {
     __syncthreads();
     if (sh.stop == 1) return false;
     if (sh.stop == 2) break;
-    compute<T, GC_OP_SUM>(sh, a);  // a copy: one input, no reduction
-    __threadfence_system();
+    compute<T, GC_OP_SUM, U>(sh, a);  // a copy: one input, no reduction
+    if (action == 0) __threadfence_system();
     __syncthreads();
     if (threadIdx.x == 0) {
       if (action == 0) {
-        send_publish(c, to, sh.n * sizeof(T));
+        send_publish(c, to);
         sent += 1;
       } else {
         recv_release(c, from);
@@ -483,7 +532,7 @@ __device__ bool run_exchange(Ctx& c, const GcStep& stp, PieceShared& sh) {
   return true;
 }
 
-template <typename T>
+template <typename T, int U>
 __device__ void run_block(const GcArgs& a) {
   __shared__ PieceShared sh;
   const GcChan ch = reinterpret_cast<const GcChan*>(a.chans)[blockIdx.x];
@@ -499,9 +548,9 @@ __device__ void run_block(const GcArgs& a) {
     bool ok;
     if (stp.count == 0) continue;
     if (stp.kind == GC_STEP_FLOW) {
-      ok = run_flow<T>(c, stp, sh);
+      ok = run_flow<T, U>(c, stp, sh);
     } else if (stp.kind == GC_STEP_EXCHANGE) {
-      ok = run_exchange<T>(c, stp, sh);
+      ok = run_exchange<T, U>(c, stp, sh);
     } else {
       if (threadIdx.x == 0) record_error(c, GC_ERR_BAD_STEP, 0, stp.kind, 0);
       ok = false;
@@ -510,8 +559,233 @@ __device__ void run_block(const GcArgs& a) {
   }
 }
 
+// ------------------------------------------------------- direct one-shot
+//
+// all_reduce of `count` elements, every block independent:
+//  1. block b pushes its slice of pre(input) into every peer's inbox (NVLink
+//     stores), fences, then writes meta and (fenced) epoch into the peer's
+//     flag [us][b] of this launch's parity;
+//  2. it waits until every peer's flag [peer][b] in our memory reached the
+//     epoch, checks its meta;
+//  3. it reduces its slice in rank order (own pre(input) at position `rank`,
+//     the inboxes elsewhere), applies the post-op and writes the output.
+// Inboxes and flags are double-buffered by epoch parity: a peer can be at
+// most one launch ahead (it cannot finish launch e+1 before we wrote our
+// flags of e+1), so it never overwrites a parity we still read.
+// Launch numbers agree on all ranks because every rank picks the direct
+// path for the same calls.
+
+template <typename T, uint32_t OP, int U>
+__device__ __forceinline__ void direct_packs(const GcDirectArgs& a, uint64_t off, uint64_t k, uint64_t nt, const GcArgs& sa) {
+  constexpr int E = 16 / sizeof(T);
+  const bool pre = a.flags & GC_FLAG_PRE_OP;
+  uint4 acc[U];
+  for (uint32_t p = 0; p < a.nranks; p++) {
+    uint4 x[U];
+    if (p == a.rank) {
+#pragma unroll
+      for (int u = 0; u < U; u++) x[u] = *reinterpret_cast<const uint4*>(a.input + off + (k + u * nt) * 16);
+      if (pre) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          T v[E];
+          memcpy(v, &x[u], 16);
+#pragma unroll
+          for (int e = 0; e < E; e++) v[e] = Arith<T>::scale(v[e], sa);
+          memcpy(&x[u], v, 16);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; u++) x[u] = ld_vol128(reinterpret_cast<const char*>(a.get_data[p] + off) + (k + u * nt) * 16);
+    }
+    if (p == 0) {
+#pragma unroll
+      for (int u = 0; u < U; u++) acc[u] = x[u];
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        T v[E], w[E];
+        memcpy(v, &acc[u], 16);
+        memcpy(w, &x[u], 16);
+#pragma unroll
+        for (int e = 0; e < E; e++) v[e] = combine<T, OP>(v[e], w[e]);
+        memcpy(&acc[u], v, 16);
+      }
+    }
+  }
+  if (a.flags & GC_FLAG_POST_OP) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      T v[E];
+      memcpy(v, &acc[u], 16);
+#pragma unroll
+      for (int e = 0; e < E; e++) v[e] = Arith<T>::div(v[e], a.div);
+      memcpy(&acc[u], v, 16);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < U; u++) *reinterpret_cast<uint4*>(a.output + off + (k + u * nt) * 16) = acc[u];
+}
+
+template <typename T, int U>
+__device__ __forceinline__ void direct_push(const GcDirectArgs& a, uint64_t off, uint64_t k, uint64_t nt, const GcArgs& sa) {
+  constexpr int E = 16 / sizeof(T);
+  uint4 x[U];
+#pragma unroll
+  for (int u = 0; u < U; u++) x[u] = *reinterpret_cast<const uint4*>(a.input + off + (k + u * nt) * 16);
+  if (a.flags & GC_FLAG_PRE_OP) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      T v[E];
+      memcpy(v, &x[u], 16);
+#pragma unroll
+      for (int e = 0; e < E; e++) v[e] = Arith<T>::scale(v[e], sa);
+      memcpy(&x[u], v, 16);
+    }
+  }
+  for (uint32_t p = 0; p < a.nranks; p++) {
+    if (p == a.rank) continue;
+#pragma unroll
+    for (int u = 0; u < U; u++) *reinterpret_cast<uint4*>(a.put_data[p] + off + (k + u * nt) * 16) = x[u];
+  }
+}
+
+template <typename T, uint32_t OP>
+__device__ void direct_all_reduce(const GcDirectArgs& a) {
+  constexpr int E = 16 / sizeof(T);
+  // The scaling helpers read these fields of a GcArgs.
+  GcArgs sa{};
+  sa.scale = a.scale;
+  sa.iscale = a.iscale;
+  const uint64_t tid = threadIdx.x, nt = blockDim.x, b = blockIdx.x;
+  const uint64_t per = ((a.count + gridDim.x - 1) / gridDim.x + E - 1) / E * E;
+  const uint64_t lo = min(a.count, b * per), hi = min(a.count, lo + per);
+  const uint64_t n = hi - lo;
+  const bool vec = ((a.input | a.output) & 15) == 0;
+  const bool pre = a.flags & GC_FLAG_PRE_OP;
+  const uint64_t off = lo * sizeof(T);  // byte offset of this block's slice
+  // 1. push
+  uint64_t done = 0;
+  if (vec) {
+    const uint64_t npk = n / E;
+    uint64_t k = tid;
+    for (; k + 3 * nt < npk; k += 4 * nt) direct_push<T, 4>(a, off, k, nt, sa);
+    for (; k < npk; k += nt) direct_push<T, 1>(a, off, k, nt, sa);
+    done = npk * E;
+  }
+  for (uint64_t i = done + tid; i < n; i += nt) {
+    T v = reinterpret_cast<const T*>(a.input + off)[i];
+    if (pre) v = Arith<T>::scale(v, sa);
+    for (uint32_t p = 0; p < a.nranks; p++)
+      if (p != a.rank) reinterpret_cast<T*>(a.put_data[p] + off)[i] = v;
+  }
+  __threadfence_system();
+  __syncthreads();
+  __shared__ int stop;
+  if (tid == 0) {
+    stop = 0;
+    for (uint32_t p = 0; p < a.nranks; p++) {
+      if (p == a.rank) continue;
+      GcFlag* f = reinterpret_cast<GcFlag*>(a.put_flag[p]) + b;
+      st_vol64((uint64_t)&f->meta, a.meta);
+      __threadfence_system();
+      st_vol64((uint64_t)&f->epoch, a.epoch);
+    }
+    // 2. wait for every peer's slice
+    GcChanStatus* st = reinterpret_cast<GcChanStatus*>(a.status + b * sizeof(GcChanStatus));
+    for (uint32_t p = 0; p < a.nranks && !stop; p++) {
+      if (p == a.rank) continue;
+      GcFlag* f = reinterpret_cast<GcFlag*>(a.get_flag[p]) + b;
+      uint32_t spins = 0;
+      while (ld_vol64((uint64_t)&f->epoch) < a.epoch) {
+        if (++spins == GC_ABORT_SPINS) {
+          spins = 0;
+          if (ld_vol64(a.abort_word) != 0) {
+            if (ld_vol32((uint64_t)&st->code) == GC_ERR_NONE) {
+              st_vol32((uint64_t)&st->peer, p);
+              __threadfence_system();
+              st_vol32((uint64_t)&st->code, GC_ERR_ABORTED);
+            }
+            __threadfence_system();
+            stop = 1;
+            break;
+          }
+        }
+      }
+      if (stop) break;
+      __threadfence_system();
+      uint64_t got = ld_vol64((uint64_t)&f->meta);
+      if (got != a.meta) {
+        if (ld_vol32((uint64_t)&st->code) == GC_ERR_NONE) {
+          st_vol32((uint64_t)&st->peer, p);
+          st_vol64((uint64_t)&st->got, got);
+          st_vol64((uint64_t)&st->want, a.meta);
+          __threadfence_system();
+          st_vol32((uint64_t)&st->code, GC_ERR_META);
+        }
+        st_vol32(a.abort_word + 4, GC_ERR_META);
+        __threadfence_system();
+        stop = 1;
+      }
+    }
+    if (!stop) st_vol64((uint64_t)&st->progress, ld_vol64((uint64_t)&st->progress) + 1);
+  }
+  __syncthreads();
+  if (stop) return;
+  // 3. reduce in rank order
+  done = 0;
+  if (vec) {
+    const uint64_t npk = n / E;
+    uint64_t k = tid;
+    for (; k + 3 * nt < npk; k += 4 * nt) direct_packs<T, OP, 4>(a, off, k, nt, sa);
+    for (; k < npk; k += nt) direct_packs<T, OP, 1>(a, off, k, nt, sa);
+    done = npk * E;
+  }
+  for (uint64_t i = done + tid; i < n; i += nt) {
+    T acc{};
+    for (uint32_t p = 0; p < a.nranks; p++) {
+      T x;
+      if (p == a.rank) {
+        x = reinterpret_cast<const T*>(a.input + off)[i];
+        if (pre) x = Arith<T>::scale(x, sa);
+      } else {
+        x = ld_vol_elem(reinterpret_cast<const T*>(a.get_data[p] + off) + i);
+      }
+      acc = p == 0 ? x : combine<T, OP>(acc, x);
+    }
+    if (a.flags & GC_FLAG_POST_OP) acc = Arith<T>::div(acc, a.div);
+    reinterpret_cast<T*>(a.output + off)[i] = acc;
+  }
+}
+
+template <typename T>
+__device__ void direct_all_reduce_op(const GcDirectArgs& a) {
+  switch (a.op) {
+    case GC_OP_SUM: direct_all_reduce<T, GC_OP_SUM>(a); break;
+    case GC_OP_PROD: direct_all_reduce<T, GC_OP_PROD>(a); break;
+    case GC_OP_MIN: direct_all_reduce<T, GC_OP_MIN>(a); break;
+    default: direct_all_reduce<T, GC_OP_MAX>(a); break;
+  }
+}
+
+#define GC_DIRECT_KERNEL(name, T) \
+  extern "C" __global__ void __launch_bounds__(GC_THREADS, 1) name(GcDirectArgs a) { direct_all_reduce_op<T>(a); }
+
+GC_DIRECT_KERNEL(gc_direct_ar_i8, int8_t)
+GC_DIRECT_KERNEL(gc_direct_ar_u8, uint8_t)
+GC_DIRECT_KERNEL(gc_direct_ar_i32, int32_t)
+GC_DIRECT_KERNEL(gc_direct_ar_u32, uint32_t)
+GC_DIRECT_KERNEL(gc_direct_ar_i64, int64_t)
+GC_DIRECT_KERNEL(gc_direct_ar_u64, uint64_t)
+GC_DIRECT_KERNEL(gc_direct_ar_f16, __half)
+GC_DIRECT_KERNEL(gc_direct_ar_bf16, __nv_bfloat16)
+GC_DIRECT_KERNEL(gc_direct_ar_f32, float)
+GC_DIRECT_KERNEL(gc_direct_ar_f64, double)
+
 #define GC_KERNEL(name, T) \
-  extern "C" __global__ void __launch_bounds__(GC_THREADS) name(GcArgs a) { run_block<T>(a); }
+  extern "C" __global__ void __launch_bounds__(GC_THREADS, 1) name(GcArgs a) { run_block<T, 4>(a); } \
+  extern "C" __global__ void __launch_bounds__(GC_THREADS, 1) name##_u8(GcArgs a) { run_block<T, 8>(a); }
 
 GC_KERNEL(gc_run_i8, int8_t)
 GC_KERNEL(gc_run_u8, uint8_t)
@@ -530,3 +804,5 @@ static_assert(sizeof(GcRecvConn) == 64, "GcRecvConn layout");
 static_assert(sizeof(GcChan) == 16, "GcChan layout");
 static_assert(sizeof(GcChanStatus) == 64, "GcChanStatus layout");
 static_assert(sizeof(GcArgs) == 96, "GcArgs layout");
+static_assert(sizeof(GcDirectArgs) == 96 + 4 * 8 * GC_DIRECT_MAX_RANKS, "GcDirectArgs layout");
+static_assert(sizeof(GcFlag) == 16, "GcFlag layout");

@@ -103,3 +103,39 @@ struct GcArgs {
   uint32_t seq;        // low 32 bits of the collective's sequence number
   uint32_t op;         // GC_OP_*
 };
+
+// ------------------------------------------------------------ direct path
+// One-shot all_reduce over peer memory mapped with CUDA IPC (single node,
+// every peer P2P-mapped). Each rank's direct area holds, per parity
+// (launch epoch & 1), a flag array [sender][block] of GcFlag and an inbox
+// per sender. See kernels/coll.cu (gc_direct_ar_*) for the protocol.
+#define GC_DIRECT_MAX_RANKS 8
+#define GC_DIRECT_MAX_BLOCKS 64
+
+// One flag: the epoch (launch number, monotone) and the call's identity.
+struct GcFlag {
+  uint64_t epoch;
+  uint64_t meta;  // seq << 32 | (bytes & 0xffffffff)
+};
+
+// Kernel arguments of the direct kernels (passed by value): 352 bytes.
+struct GcDirectArgs {
+  uint64_t input;
+  uint64_t output;
+  uint64_t count;       // elements
+  uint64_t abort_word;  // as GcArgs
+  uint64_t status;      // GcChanStatus*, [block]
+  double scale;
+  uint64_t iscale;
+  uint64_t div;
+  uint64_t epoch;       // this launch's epoch (>= 1)
+  uint64_t meta;        // seq << 32 | bytes
+  uint32_t nranks;
+  uint32_t rank;
+  uint32_t op;
+  uint32_t flags;       // GC_FLAG_PRE_OP | GC_FLAG_POST_OP
+  uint64_t put_data[GC_DIRECT_MAX_RANKS];  // peer p's inbox for us (this parity)
+  uint64_t put_flag[GC_DIRECT_MAX_RANKS];  // peer p's GcFlag[MAX_BLOCKS] for us
+  uint64_t get_data[GC_DIRECT_MAX_RANKS];  // our inbox from peer p
+  uint64_t get_flag[GC_DIRECT_MAX_RANKS];  // our GcFlag[MAX_BLOCKS] from peer p
+};

@@ -35,6 +35,12 @@ pub fn protocol_factors(p: Protocol) -> (f64, f64) {
     }
 }
 
+/// Largest all_reduce (bytes per rank) that a backend with
+/// [`BackendCaps::direct`] runs as a one-shot: every rank pushes its whole
+/// input into every peer's mapped inbox, one flag barrier, then every rank
+/// reduces locally. Larger direct all_reduces run the pairwise step plan.
+pub const DIRECT_ONESHOT_MAX_BYTES: u64 = 16 << 20;
+
 /// Efficiency of the tree all_reduce's pipelining relative to the ideal
 /// (NCCL measures 0.5..0.9 depending on size; up and down share a channel).
 const TREE_EFFICIENCY: f64 = 0.8;
@@ -104,6 +110,16 @@ pub fn estimate_us(
         (CollKind::AllReduce, Algorithm::Direct) => {
             if nnodes > 1 {
                 return None;
+            }
+            if caps.direct && bytes <= DIRECT_ONESHOT_MAX_BYTES as f64 {
+                // One-shot: one barrier; every rank sends its whole input to
+                // each of n-1 peers over all the backend's channels at once.
+                let all =
+                    positive(caps.intra.bandwidth_gbs * caps.max_channels.max(1) as f64 * bw_f);
+                let t = caps.launch_us.max(0.0)
+                    + hops(1, 0, caps) * lat_f
+                    + bytes * (n - 1) as f64 / (1000.0 * all);
+                return Some(t);
             }
             // Two phases of n-1 pairwise rounds; rounds do not wait on a
             // chain of hops, so each costs about half a pipelined hop. A

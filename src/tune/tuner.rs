@@ -70,7 +70,15 @@ impl Tuner {
         let lat =
             caps.intra.latency_us.max(caps.inter.latency_us).max(0.0) + caps.launch_us.max(0.0);
         let break_even = (lat * bw * 1000.0).min(1e15) as u64;
-        let min_channel_bytes = chunk_bytes.max(break_even).max(1);
+        // Backends with a direct path (GPUs) run a channel as one more
+        // thread block of the same launch: one slot per channel is enough.
+        // Elsewhere (host threads) a channel should carry a whole chunk.
+        let unit = if caps.direct {
+            caps.slot_bytes.max(1)
+        } else {
+            chunk_bytes
+        };
+        let min_channel_bytes = unit.max(break_even).max(1);
         Tuner {
             shape,
             caps: caps.clone(),

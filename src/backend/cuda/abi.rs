@@ -96,6 +96,33 @@ pub(crate) struct GcArgs {
     pub op: u32,
 }
 
+/// `GC_DIRECT_MAX_RANKS`.
+pub(crate) const DIRECT_RANKS: usize = 8;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct GcDirectArgs {
+    pub input: u64,
+    pub output: u64,
+    pub count: u64,
+    pub abort_word: u64,
+    pub status: u64,
+    pub scale: f64,
+    pub iscale: u64,
+    pub div: u64,
+    pub epoch: u64,
+    pub meta: u64,
+    pub nranks: u32,
+    pub rank: u32,
+    pub op: u32,
+    pub flags: u32,
+    pub put_data: [u64; DIRECT_RANKS],
+    pub put_flag: [u64; DIRECT_RANKS],
+    pub get_data: [u64; DIRECT_RANKS],
+    pub get_flag: [u64; DIRECT_RANKS],
+}
+
+const _: () = assert!(std::mem::size_of::<GcDirectArgs>() == 352);
 const _: () = assert!(std::mem::size_of::<GcStep>() == 64);
 const _: () = assert!(std::mem::size_of::<GcConn>() == 64);
 const _: () = assert!(std::mem::size_of::<GcChan>() == 16);

@@ -21,8 +21,21 @@ use std::time::{Duration, Instant};
 
 /// Slots per FIFO (NCCL's `NCCL_STEPS`).
 pub const FIFO_SLOTS: usize = 8;
-const MAX_CHANNELS_P2P: usize = 16;
+/// P2P channels (one block each): 128 / nranks within 16..=64, so the FIFO
+/// memory (channels × nranks × 4 MiB per rank) stays near 512 MiB;
+/// `GPUCOLL_CUDA_CHANNELS` overrides (the smallest value of all ranks is
+/// used). At most [`MAX_CHANNELS`].
+fn p2p_channels(nranks: usize) -> usize {
+    (128 / nranks.max(1)).clamp(16, 64)
+}
+/// P2P slot size; `GPUCOLL_CUDA_SLOT_KB` overrides (smallest of all ranks).
 const SLOT_BYTES_P2P: usize = 512 << 10;
+/// Kernel-name suffix of the default interpreter variant ("" = 4 packs in
+/// flight per thread, "_u8" = 8; 8 measured 1-5% faster on 2×H200, see
+/// docs/CUDA_NOTES.md).
+const DEFAULT_UNROLL_SUFFIX: &str = "_u8";
+/// Most channels the per-channel status area holds.
+const MAX_CHANNELS: usize = 64;
 const MAX_CHANNELS_SHM: usize = 4;
 const SLOT_BYTES_SHM: usize = 64 << 10;
 /// Threads per block (must match `GC_THREADS` in the kernel).
@@ -31,10 +44,12 @@ const THREADS: u32 = 512;
 /// before `wait` gives up on it (and leaks its memory).
 const ABORT_GRACE: Duration = Duration::from_secs(10);
 
-/// Per channel, one NVLink peer copy by one block: order of magnitude only.
+/// Per channel (one block of 512 threads) over NVLink, measured on 2×H200
+/// (NV18): 64 channels reach ≈ 330 GB/s on a 1 GiB ring all_reduce, so a
+/// channel's share is ≈ 5.2 GB/s; a piece costs ≈ 3 µs of flags.
 const INTRA_P2P: LinkCost = LinkCost {
-    latency_us: 4.0,
-    bandwidth_gbs: 20.0,
+    latency_us: 3.0,
+    bandwidth_gbs: 5.5,
 };
 const INTRA_SHM: LinkCost = LinkCost {
     latency_us: 6.0,
@@ -44,7 +59,25 @@ const INTER: LinkCost = LinkCost {
     latency_us: 10.0,
     bandwidth_gbs: 3.0,
 };
-const LAUNCH_US: f64 = 8.0;
+const LAUNCH_US: f64 = 6.0;
+
+/// Most ranks and blocks of the direct (one-shot) kernels (`GC_DIRECT_MAX_*`).
+const DIRECT_MAX_RANKS: usize = 8;
+const DIRECT_MAX_BLOCKS: u64 = 64;
+/// Bytes per block below which the one-shot kernel uses fewer blocks.
+const DIRECT_BLOCK_BYTES: u64 = 32 << 10;
+/// Largest one-shot all_reduce (bytes); the inboxes are sized for it.
+const DIRECT_MAX_BYTES: u64 = crate::tune::model::DIRECT_ONESHOT_MAX_BYTES;
+/// Bytes of one parity's flags: `[sender][block]` of `GcFlag` (16 bytes).
+const DIRECT_FLAGS_BYTES: u64 = DIRECT_MAX_RANKS as u64 * DIRECT_MAX_BLOCKS * 16;
+
+/// A positive integer from the environment, if set and valid.
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&v| v > 0)
+}
 
 static FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gpucoll_kernels.fatbin"));
 
@@ -78,6 +111,8 @@ struct Layout {
     channels: u64,
     slots: u64,
     slot_bytes: u64,
+    /// Whether the block ends with the direct area (P2P only).
+    direct: bool,
 }
 
 impl Layout {
@@ -95,8 +130,30 @@ impl Layout {
     fn conn_off(&self, c: u64, sender: u64) -> u64 {
         self.heads_bytes() + (c * self.nranks + sender) * self.conn_bytes()
     }
-    fn total(&self) -> u64 {
+    fn fifo_total(&self) -> u64 {
         self.heads_bytes() + self.channels * self.nranks * self.conn_bytes()
+    }
+    /// Start of the direct area: per parity, flags then one inbox per sender.
+    fn direct_off(&self) -> u64 {
+        self.fifo_total().div_ceil(4096) * 4096
+    }
+    fn direct_parity_bytes(&self) -> u64 {
+        DIRECT_FLAGS_BYTES + self.nranks * DIRECT_MAX_BYTES
+    }
+    /// Flags `[sender][..]` of `parity`, relative to the direct area.
+    fn direct_flags(&self, parity: u64, sender: u64) -> u64 {
+        parity * self.direct_parity_bytes() + sender * DIRECT_MAX_BLOCKS * 16
+    }
+    /// Inbox of `sender` for `parity`, relative to the direct area.
+    fn direct_inbox(&self, parity: u64, sender: u64) -> u64 {
+        parity * self.direct_parity_bytes() + DIRECT_FLAGS_BYTES + sender * DIRECT_MAX_BYTES
+    }
+    fn total(&self) -> u64 {
+        if self.direct {
+            self.direct_off() + 2 * self.direct_parity_bytes()
+        } else {
+            self.fifo_total()
+        }
     }
 }
 
@@ -113,8 +170,15 @@ struct Inner {
     ctx: DeviceCtx,
     module: CUmodule,
     funcs: [CUfunction; 10],
+    /// One-shot all_reduce kernels (`gc_direct_ar_*`), by datatype.
+    direct_funcs: [CUfunction; 10],
     stream: CUstream,
     layout: Layout,
+    /// Device address (in our context) of every rank's P2P block; empty
+    /// without the direct path.
+    bases: Vec<u64>,
+    /// Epoch of the last direct launch (identical on all ranks).
+    direct_epoch: std::sync::atomic::AtomicU64,
     timeout: Duration,
     /// Control segments of every local rank (ours at `local_rank`).
     segs: Vec<Segment>,
@@ -210,7 +274,9 @@ impl Inner {
 
     fn give_work(&self, w: WorkBuf) {
         let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-        if pool.len() < 8 {
+        // Enough for a deep queue of back-to-back launches (each holds one
+        // until it completes); re-allocating pinned memory costs ~100 µs.
+        if pool.len() < 256 {
             pool.push(w);
         }
     }
@@ -292,6 +358,7 @@ struct Local {
     ctx: DeviceCtx,
     module: CUmodule,
     funcs: [CUfunction; 10],
+    direct_funcs: [CUfunction; 10],
     stream: CUstream,
 }
 
@@ -307,14 +374,27 @@ fn load_local(ordinal: i32) -> Result<Local> {
     let bytes = unsafe { std::slice::from_raw_parts(image.as_ptr() as *const u8, FATBIN.len()) };
     let module = driver::module_load(bytes)?;
     let mut funcs = [std::ptr::null_mut(); 10];
+    let mut direct_funcs = [std::ptr::null_mut(); 10];
     for d in Datatype::ALL {
-        let name = std::ffi::CString::new(format!("gc_run_{}", d.rust_name()))
-            .map_err(|_| Error::Backend("kernel name".into()))?;
-        match driver::module_function(module, &name) {
-            Ok(f) => funcs[d as usize] = f,
-            Err(e) => {
-                driver::module_unload(module);
-                return Err(e);
+        // `GPUCOLL_CUDA_UNROLL=8`: the interpreter variant with 8 packs in
+        // flight per thread (a rank-local choice: the protocol is the same).
+        let suffix = match env_usize("GPUCOLL_CUDA_UNROLL") {
+            Some(8) => "_u8",
+            Some(4) => "",
+            _ => DEFAULT_UNROLL_SUFFIX,
+        };
+        for (name, table) in [
+            (format!("gc_run_{}{suffix}", d.rust_name()), &mut funcs),
+            (format!("gc_direct_ar_{}", d.rust_name()), &mut direct_funcs),
+        ] {
+            let name =
+                std::ffi::CString::new(name).map_err(|_| Error::Backend("kernel name".into()))?;
+            match driver::module_function(module, &name) {
+                Ok(f) => table[d as usize] = f,
+                Err(e) => {
+                    driver::module_unload(module);
+                    return Err(e);
+                }
             }
         }
     }
@@ -329,6 +409,7 @@ fn load_local(ordinal: i32) -> Result<Local> {
         ctx,
         module,
         funcs,
+        direct_funcs,
         stream,
     })
 }
@@ -377,6 +458,7 @@ impl CudaBackend {
             ctx,
             module,
             funcs,
+            direct_funcs,
             stream,
         } = local;
         // From here on, failures must release what stage 1 created.
@@ -389,27 +471,47 @@ impl CudaBackend {
 
         // Stage 2: identities, device ordinals, P2P feasibility.
         let tag = random_tag();
+        let want_channels = env_usize("GPUCOLL_CUDA_CHANNELS")
+            .unwrap_or(p2p_channels(nranks))
+            .min(MAX_CHANNELS);
+        let want_slot = env_usize("GPUCOLL_CUDA_SLOT_KB")
+            .map(|k| (k << 10).clamp(4 << 10, 4 << 20))
+            .unwrap_or(SLOT_BYTES_P2P);
         let mine: Vec<u8> = [
             std::process::id() as u64,
             tag,
             ctx.ordinal as u64,
             p2p_off as u64,
+            want_channels as u64,
+            want_slot as u64,
         ]
         .iter()
         .flat_map(|v| v.to_le_bytes())
         .collect();
         let all = mpi.allgather_bytes(&mine).map_err(cleanup)?;
-        if all.len() != 32 * nranks {
+        if all.len() != 48 * nranks {
             return Err(cleanup(Error::Backend(
                 "CUDA backend setup exchange was truncated".into(),
             )));
         }
-        let pids: Vec<u32> = (0..nranks).map(|r| u64_at(&all, r * 4) as u32).collect();
+        let pids: Vec<u32> = (0..nranks).map(|r| u64_at(&all, r * 6) as u32).collect();
         let tag = u64_at(&all, 1);
         let ords: Vec<i32> = (0..nranks)
-            .map(|r| u64_at(&all, r * 4 + 2) as i32)
+            .map(|r| u64_at(&all, r * 6 + 2) as i32)
             .collect();
-        let any_off = (0..nranks).any(|r| u64_at(&all, r * 4 + 3) != 0);
+        let any_off = (0..nranks).any(|r| u64_at(&all, r * 6 + 3) != 0);
+        // Every rank must use the same layout: the smallest request wins.
+        let p2p_channels = (0..nranks)
+            .map(|r| u64_at(&all, r * 6 + 4) as usize)
+            .min()
+            .unwrap_or(p2p_channels(nranks))
+            .max(1);
+        let p2p_slot = (0..nranks)
+            .map(|r| u64_at(&all, r * 6 + 5) as usize)
+            .min()
+            .unwrap_or(SLOT_BYTES_P2P)
+            / 64
+            * 64;
         let can_p2p = (|| -> Result<bool> {
             for &o in &ords {
                 if o != ctx.ordinal {
@@ -429,7 +531,7 @@ impl CudaBackend {
             Transport::P2p
         };
         let (channels, slot_bytes) = match transport {
-            Transport::P2p => (MAX_CHANNELS_P2P, SLOT_BYTES_P2P),
+            Transport::P2p => (p2p_channels, p2p_slot),
             Transport::Shm => (MAX_CHANNELS_SHM, SLOT_BYTES_SHM),
         };
         let layout = Layout {
@@ -437,6 +539,7 @@ impl CudaBackend {
             channels: channels as u64,
             slots: FIFO_SLOTS as u64,
             slot_bytes: slot_bytes as u64,
+            direct: transport == Transport::P2p && nranks > 1 && nranks <= DIRECT_MAX_RANKS,
         };
 
         // Stage 3: control segments (plus the FIFOs for SHM).
@@ -588,6 +691,11 @@ impl CudaBackend {
             }
         };
 
+        let direct_bases = if layout.direct {
+            bases.iter().map(|b| b + layout.direct_off()).collect()
+        } else {
+            Vec::new()
+        };
         let inner = Arc::new(Inner {
             rank,
             nranks,
@@ -595,8 +703,11 @@ impl CudaBackend {
             ctx,
             module,
             funcs,
+            direct_funcs,
             stream,
             layout,
+            bases: direct_bases,
+            direct_epoch: std::sync::atomic::AtomicU64::new(0),
             timeout: config.timeout,
             segs,
             _fifo: fifo,
@@ -619,7 +730,7 @@ impl CudaBackend {
             },
             inter: INTER,
             launch_us: LAUNCH_US,
-            direct: false,
+            direct: layout.direct,
         };
         tracing::info!(
             rank,
@@ -647,6 +758,59 @@ struct Resources {
     /// (host destination, device source, bytes) copied after completion.
     copy_back: Vec<(u64, u64, usize)>,
     work: Option<WorkBuf>,
+}
+
+/// How many leading steps of one channel's list may run in a block of their
+/// own, concurrently with the rest: local-only flows (no peer; e.g. the own
+/// block copy of all_to_all) when no later step of the channel reads what
+/// they write or writes what they read or write. 0 when none may (or when
+/// the whole list is local: nothing to overlap).
+fn local_prefix(steps: &[GcStep], esize: u64) -> usize {
+    let k = steps
+        .iter()
+        .take_while(|s| s.kind == STEP_FLOW && s.nrecv == 0 && s.nsend == 0)
+        .count();
+    if k == 0 || k == steps.len() {
+        return 0;
+    }
+    let range = |a: u64, s: &GcStep| (a, a + s.count * esize);
+    let meet = |a: (u64, u64), b: (u64, u64)| a.0 != 0 && b.0 != 0 && a.0 < b.1 && b.0 < a.1;
+    for p in &steps[..k] {
+        let (ps, pd) = (range(p.src, p), range(p.dst, p));
+        for l in &steps[k..] {
+            let (ls, ld) = (range(l.src, l), range(l.dst, l));
+            if meet(pd, ls) || meet(pd, ld) || meet(ps, ld) {
+                return 0;
+            }
+        }
+    }
+    k
+}
+
+/// One kernel launch of a submission.
+enum Item {
+    /// The step interpreter over `nchans` channel descriptors.
+    Steps {
+        first_chan: usize,
+        nchans: usize,
+        args: GcArgs,
+        dtype: Datatype,
+    },
+    /// A one-shot direct kernel.
+    Direct {
+        args: Box<GcDirectArgs>,
+        dtype: Datatype,
+        grid: u32,
+    },
+}
+
+fn op_code(c: Combine) -> u32 {
+    match c {
+        Combine::Sum => 0,
+        Combine::Prod => 1,
+        Combine::Min => 2,
+        Combine::Max => 3,
+    }
 }
 
 /// A buffer as the kernel sees it.
@@ -766,6 +930,90 @@ impl Inner {
         }
     }
 
+    /// The one-shot kernel launch for a direct all_reduce that fits the
+    /// inboxes; None for every other plan (run from its steps). The choice
+    /// depends only on the plan, so every rank makes the same one and the
+    /// epochs stay in step.
+    fn direct_item(
+        &self,
+        plan: &crate::plan::Plan,
+        input: Mem,
+        output: Mem,
+        seq: u64,
+    ) -> Result<Option<Item>> {
+        let task = &plan.task;
+        let dtype = task.dtype;
+        let bytes = task.count.saturating_mul(dtype.size() as u64);
+        if !self.layout.direct
+            || plan.algorithm != crate::tune::Algorithm::Direct
+            || task.kind != crate::coll::task::CollKind::AllReduce
+            || task.count == 0
+            || bytes > DIRECT_MAX_BYTES
+            || self.bases.len() != self.nranks
+        {
+            return Ok(None);
+        }
+        if input.addr == 0
+            || output.addr == 0
+            || input.elems < task.count
+            || output.elems < task.count
+        {
+            return Err(plan_error(
+                seq,
+                0,
+                0,
+                format!(
+                    "direct all_reduce of {} elements over buffers of {} and {}",
+                    task.count, input.elems, output.elems
+                ),
+            ));
+        }
+        let epoch = self.direct_epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        let parity = epoch & 1;
+        let (me, l) = (self.rank as u64, &self.layout);
+        let red = plan.reduction;
+        let mut a = GcDirectArgs {
+            input: input.addr,
+            output: output.addr,
+            count: task.count,
+            abort_word: self.own().dev_at(0)?,
+            status: self.own().dev_at(shm::STATUS_OFF)?,
+            scale: red.pre_scale.unwrap_or(1.0),
+            iscale: int_scale(dtype, red.pre_scale.unwrap_or(1.0)),
+            div: red.post_div.unwrap_or(1).max(1),
+            epoch,
+            meta: (seq << 32) | (bytes & 0xffff_ffff),
+            nranks: self.nranks as u32,
+            rank: self.rank as u32,
+            op: op_code(red.combine),
+            flags: if red.pre_scale.is_some() {
+                FLAG_PRE_OP
+            } else {
+                0
+            } | if red.post_div.is_some() {
+                FLAG_POST_OP
+            } else {
+                0
+            },
+            ..GcDirectArgs::default()
+        };
+        for p in 0..self.nranks {
+            let pu = p as u64;
+            a.put_data[p] = self.bases[p] + l.direct_inbox(parity, me);
+            a.put_flag[p] = self.bases[p] + l.direct_flags(parity, me);
+            a.get_data[p] = self.bases[self.rank] + l.direct_inbox(parity, pu);
+            a.get_flag[p] = self.bases[self.rank] + l.direct_flags(parity, pu);
+        }
+        let grid = bytes
+            .div_ceil(DIRECT_BLOCK_BYTES)
+            .clamp(1, DIRECT_MAX_BLOCKS.min(l.channels)) as u32;
+        Ok(Some(Item::Direct {
+            args: Box::new(a),
+            dtype,
+            grid,
+        }))
+    }
+
     unsafe fn submit(self: &Arc<Self>, launch: Launch) -> Result<CudaPending> {
         if let Some(e) = self.state_error() {
             return Err(e);
@@ -778,8 +1026,7 @@ impl Inner {
         };
         let mut steps: Vec<GcStep> = Vec::new();
         let mut chans: Vec<GcChan> = Vec::new();
-        // Per item: (first chan, nchans, args).
-        let mut launches: Vec<(usize, usize, GcArgs, Datatype)> = Vec::new();
+        let mut launches: Vec<Item> = Vec::new();
         let n = self.nranks;
         for (k, bp) in launch.items.iter().enumerate() {
             let seq = launch.first_seq + k as u64;
@@ -787,6 +1034,10 @@ impl Inner {
             let dtype = plan.task.dtype;
             let esize = dtype.size() as u64;
             let (input, output) = self.resolve(&bp.input, &bp.output, seq, &mut res)?;
+            if let Some(item) = self.direct_item(plan, input, output, seq)? {
+                launches.push(item);
+                continue;
+            }
             let scratch = if plan.scratch_elems > 0 {
                 let b = plan
                     .scratch_elems
@@ -810,6 +1061,8 @@ impl Inner {
             };
             let red = plan.reduction;
             let first_chan = chans.len();
+            // Blocks for leading local-only steps split off their channel.
+            let mut local_chans: Vec<GcChan> = Vec::new();
             for cw in &plan.channels {
                 let ch = cw.channel;
                 if cw.steps.iter().all(|s| s.count() == 0) {
@@ -902,13 +1155,23 @@ impl Inner {
                     }
                     steps.push(g);
                 }
+                let k = local_prefix(&steps[first..], esize);
                 chans.push(GcChan {
                     channel: ch as u32,
-                    first: first as u32,
-                    nsteps: (steps.len() - first) as u32,
+                    first: (first + k) as u32,
+                    nsteps: (steps.len() - first - k) as u32,
                     pad: 0,
                 });
+                if k > 0 {
+                    local_chans.push(GcChan {
+                        channel: ch as u32,
+                        first: first as u32,
+                        nsteps: k as u32,
+                        pad: 0,
+                    });
+                }
             }
+            chans.append(&mut local_chans);
             let nchans = chans.len() - first_chan;
             if nchans == 0 {
                 continue;
@@ -926,15 +1189,15 @@ impl Inner {
                 slot_bytes: self.layout.slot_bytes as u32,
                 slots: self.layout.slots as u32,
                 seq: seq as u32,
-                op: match red.combine {
-                    Combine::Sum => 0,
-                    Combine::Prod => 1,
-                    Combine::Min => 2,
-                    Combine::Max => 3,
-                },
+                op: op_code(red.combine),
                 ..GcArgs::default()
             };
-            launches.push((first_chan, nchans, args, dtype));
+            launches.push(Item::Steps {
+                first_chan,
+                nchans,
+                args,
+                dtype,
+            });
         }
         let event = driver::event_create()?;
         let mut pending = CudaPending {
@@ -948,7 +1211,7 @@ impl Inner {
             abort_seen: None,
             timed_out: false,
         };
-        if !launches.is_empty() {
+        if !steps.is_empty() {
             let sbytes = std::mem::size_of_val(steps.as_slice());
             let cbytes = std::mem::size_of_val(chans.as_slice());
             let work = self.take_work(sbytes + cbytes)?;
@@ -970,26 +1233,59 @@ impl Inner {
             }
             let (dsteps, dchans) = (work.dev.ptr, work.dev.ptr + sbytes as u64);
             res.work = Some(work);
-            pending.res = Some(res);
-            for (first_chan, nchans, mut args, dtype) in launches {
-                args.steps = dsteps;
-                args.chans = dchans + (first_chan * std::mem::size_of::<GcChan>()) as u64;
-                let mut params = [&mut args as *mut GcArgs as *mut c_void];
-                // SAFETY: one GcArgs by value as the kernel expects; every address
-                // in it stays valid until the event recorded below completed
-                // (owned by `pending` or by the backend).
-                unsafe {
-                    driver::launch(
-                        self.funcs[dtype as usize],
-                        nchans as u32,
-                        THREADS,
-                        self.stream,
-                        &mut params,
-                    )?
-                };
+            for item in launches.iter_mut() {
+                if let Item::Steps {
+                    first_chan, args, ..
+                } = item
+                {
+                    args.steps = dsteps;
+                    args.chans = dchans + (*first_chan * std::mem::size_of::<GcChan>()) as u64;
+                }
             }
-        } else {
-            pending.res = Some(res);
+        }
+        pending.res = Some(res);
+        for item in launches {
+            match item {
+                Item::Steps {
+                    nchans,
+                    mut args,
+                    dtype,
+                    ..
+                } => {
+                    let mut params = [&mut args as *mut GcArgs as *mut c_void];
+                    // SAFETY: one GcArgs by value as the kernel expects; every
+                    // address in it stays valid until the event recorded below
+                    // completed (owned by `pending` or by the backend).
+                    unsafe {
+                        driver::launch(
+                            self.funcs[dtype as usize],
+                            nchans as u32,
+                            THREADS,
+                            self.stream,
+                            &mut params,
+                        )?
+                    };
+                }
+                Item::Direct {
+                    mut args,
+                    dtype,
+                    grid,
+                } => {
+                    let mut params = [&mut *args as *mut GcDirectArgs as *mut c_void];
+                    // SAFETY: one GcDirectArgs by value as the kernel expects; the
+                    // buffers stay valid until the event below completed, the
+                    // direct areas for the backend's life.
+                    unsafe {
+                        driver::launch(
+                            self.direct_funcs[dtype as usize],
+                            grid,
+                            THREADS,
+                            self.stream,
+                            &mut params,
+                        )?
+                    };
+                }
+            }
         }
         driver::event_record(event, self.stream)?;
         Ok(pending)

@@ -10,9 +10,14 @@
 //! Nothing here panics or touches the driver before checking that
 //! `libcuda.so` is present ([`available`]).
 //!
-//! Phase A limits: one node per communicator (multi-node communicators
-//! fail at creation with a message pointing to `GPUCOLL_BACKEND=host`);
-//! Simple protocol only.
+//! With P2P and 2..=8 ranks the backend also offers the direct path
+//! (`BackendCaps::direct`): all_reduce up to
+//! [`crate::tune::model::DIRECT_ONESHOT_MAX_BYTES`] runs as a one-shot
+//! kernel over IPC-mapped inboxes (`gc_direct_ar_*`).
+//!
+//! Limits: one node per communicator (multi-node communicators fail at
+//! creation with a message pointing to `GPUCOLL_BACKEND=host`); Simple
+//! protocol only.
 
 mod abi;
 mod backend;
