@@ -5,7 +5,7 @@
 # `mpirun`, libclang and the C toolchain are all there it installs nothing.
 #
 #   ./scripts/setup.sh            # as root, or as a user with sudo
-#   ./scripts/setup.sh --cuda     # also the pinned nvcc wheels (feature cuda)
+#   ./scripts/setup.sh --no-cuda  # skip the pinned nvcc wheels (host-only build)
 #
 # What and why:
 #   openmpi-bin libopenmpi-dev   mpirun and mpicc; mpi-sys's build script runs
@@ -121,28 +121,42 @@ install_cuda_toolchain() {
     fi
     local py
     py="$(command -v python3 || command -v python || true)"
-    [ -n "$py" ] || die "--cuda needs python3 with pip to fetch the pinned nvcc wheels"
+    if [ -z "$py" ] || ! "$py" -m pip --version >/dev/null 2>&1; then
+        command -v apt-get >/dev/null 2>&1 ||
+            die "python3 has no pip and there is no apt-get to install it; install pip, or build without CUDA (--no-cuda, then cargo build --no-default-features)"
+        log "installing python3-pip (to fetch the pinned nvcc wheels)"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3 python3-pip
+        py="$(command -v python3)"
+    fi
     log "installing the pinned CUDA 13.0 toolchain wheels into $root/.cuda"
-    "$py" -m pip install --quiet --disable-pip-version-check --no-deps \
-        --target "$root/.cuda" "${CUDA_WHEELS[@]}"
+    local pip=("$py" -m pip install --quiet --disable-pip-version-check --no-deps
+        --target "$root/.cuda" "${CUDA_WHEELS[@]}")
+    # A distribution's python may refuse installs outside a virtual
+    # environment (PEP 668); --target writes only into ./.cuda, so say so.
+    "${pip[@]}" 2>/dev/null || "${pip[@]}" --break-system-packages
     [ -x "$nvcc" ] || die "nvcc not found at $nvcc after installing the wheels"
     log "CUDA toolchain ready: $("$nvcc" --version | tail -n 1)"
 }
 
 usage() {
     cat <<USAGE
-usage: scripts/setup.sh [--cuda]
-  (no option)  install Open MPI, libclang and a C toolchain if missing; check cargo
-  --cuda       also install nvcc 13.0 from pinned PyPI wheels into ./.cuda
-               (needed to build with --features cuda)
+usage: scripts/setup.sh [--no-cuda]
+  (no option)  install Open MPI, libclang and a C toolchain if missing, check
+               cargo, and install nvcc 13.0 from pinned PyPI wheels into
+               ./.cuda (the default build compiles the CUDA kernels)
+  --no-cuda    skip nvcc; then build with `cargo build --no-default-features`
+               (host backend only)
+  --cuda       accepted for compatibility (the default)
 USAGE
 }
 
 main() {
-    local cuda=no
+    local cuda=yes
     for arg in "$@"; do
         case "$arg" in
             --cuda) cuda=yes ;;
+            --no-cuda) cuda=no ;;
             -h | --help) usage; exit 0 ;;
             *) usage >&2; die "unknown option: $arg" ;;
         esac
