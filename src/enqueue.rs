@@ -12,7 +12,29 @@ use crate::mpi::MpiComm;
 use crate::plan::{self, Plan};
 use crate::topo::Topology;
 use crate::tune::Tuner;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+/// Everything of a [`Task`] a plan depends on (the op's scalar as bits).
+type PlanKey = (u8, u8, u8, u64, u64, usize, bool);
+
+fn plan_key(t: &Task) -> PlanKey {
+    (
+        kind_code(t.kind),
+        t.dtype as u8,
+        t.op.code(),
+        t.op.scalar_bits(),
+        t.count,
+        t.root,
+        t.in_place,
+    )
+}
+
+/// Most plans the engine keeps; the cache is emptied when it is full.
+const PLAN_CACHE_MAX: usize = 256;
+
+/// Largest plan (in steps over all channels) the cache keeps.
+const PLAN_CACHE_MAX_STEPS: usize = 4096;
 
 /// One validated collective bound to its buffers.
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +79,9 @@ pub(crate) struct Engine {
     /// Next sequence number; the lock also keeps submissions in issue order.
     next_seq: Mutex<u64>,
     failed: Arc<FailState>,
+    /// Plans of recent tasks: tuning and planning depend only on the task
+    /// (topology, graph, caps and config are fixed for the engine's life).
+    plans: Mutex<HashMap<PlanKey, Arc<Plan>>>,
 }
 
 /// Size of the check-mode signature each rank contributes.
@@ -105,6 +130,7 @@ impl Engine {
             config,
             next_seq: Mutex::new(0),
             failed: Arc::new(FailState::default()),
+            plans: Mutex::new(HashMap::new()),
         }
     }
 
@@ -136,6 +162,28 @@ impl Engine {
             "plan"
         );
         plan::build(task, &self.topo, &self.graph, &choice, self.backend.caps())
+    }
+
+    /// The plan of `task`, from the cache when the same task was planned
+    /// before (a blocking small call must not pay for tuning and planning).
+    fn plan_shared(&self, task: &Task) -> Arc<Plan> {
+        let key = plan_key(task);
+        let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = plans.get(&key) {
+            return p.clone();
+        }
+        let p = Arc::new(self.plan(task));
+        // Only small plans: planning a large call costs little next to
+        // moving its data, and its step lists are what would fill memory.
+        let steps: usize = p.channels.iter().map(|c| c.steps.len()).sum();
+        if steps > PLAN_CACHE_MAX_STEPS {
+            return p;
+        }
+        if plans.len() >= PLAN_CACHE_MAX {
+            plans.clear();
+        }
+        plans.insert(key, p.clone());
+        p
     }
 
     /// Check, plan and submit `calls` as one launch.
@@ -190,7 +238,7 @@ impl Engine {
             let items = calls
                 .iter()
                 .map(|c| BoundPlan {
-                    plan: Arc::new(self.plan(&c.task)),
+                    plan: self.plan_shared(&c.task),
                     input: c.input,
                     output: c.output,
                 })

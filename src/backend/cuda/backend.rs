@@ -14,6 +14,7 @@ use crate::op::Combine;
 use crate::plan::{BufId, Region, Step};
 use crate::topo::Topology;
 use crate::tune::Protocol;
+use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,6 +44,20 @@ const THREADS: u32 = 512;
 /// How long a kernel may take to leave after its abort word was raised
 /// before `wait` gives up on it (and leaks its memory).
 const ABORT_GRACE: Duration = Duration::from_secs(10);
+/// `wait` spins (no yield, no sleep) this long before it yields, then sleeps:
+/// a small collective completes in ~10 µs, and a sleep costs ≥ 50 µs.
+const WAIT_SPIN: Duration = Duration::from_micros(200);
+/// After the spin, `wait` yields this long before it sleeps between polls.
+const WAIT_YIELD: Duration = Duration::from_millis(2);
+/// While the work is not complete, progress, abort and timeout are checked
+/// at most this often (the completion query itself runs on every poll).
+const CHECK_EVERY: Duration = Duration::from_micros(100);
+/// Uploaded step tables kept for reuse (identical plan and buffers).
+const STEP_CACHE_ENTRIES: usize = 16;
+/// Largest step table (bytes) the cache keeps.
+const STEP_CACHE_MAX_BYTES: usize = 64 << 10;
+/// Completion events kept for reuse.
+const EVENT_POOL_MAX: usize = 256;
 
 /// Per channel (one block of 512 threads) over NVLink, measured on 2×H200
 /// (NV18): 64 channels reach ≈ 330 GB/s on a 1 GiB ring all_reduce, so a
@@ -163,6 +178,23 @@ struct WorkBuf {
     dev: DevMem,
 }
 
+/// A step table already on the device: `work.host[..len]` holds the bytes
+/// that were uploaded to `work.dev`, which kernels only read. Submissions
+/// with byte-identical tables (same plan, same buffers) reuse it.
+struct CachedSteps {
+    work: WorkBuf,
+    len: usize,
+}
+
+impl CachedSteps {
+    fn holds(&self, bytes: &[u8]) -> bool {
+        // SAFETY: the pinned buffer holds at least `len` initialized bytes and
+        // is never written after the upload (the entry is immutable).
+        self.len == bytes.len()
+            && unsafe { std::slice::from_raw_parts(self.work.host.host, self.len) } == bytes
+    }
+}
+
 struct Inner {
     rank: usize,
     nranks: usize,
@@ -189,6 +221,10 @@ struct Inner {
     send_conns: DevMem,
     recv_conns: DevMem,
     pool: Mutex<Vec<WorkBuf>>,
+    /// Recently uploaded step tables, most recent last.
+    step_cache: Mutex<VecDeque<Arc<CachedSteps>>>,
+    /// Completion events of finished submissions, for reuse.
+    events: Mutex<Vec<CUevent>>,
     aborted: AtomicBool,
     failed_flag: AtomicBool,
     failed: Mutex<Option<String>>,
@@ -272,6 +308,57 @@ impl Inner {
         })
     }
 
+    /// A completion event, from the pool when one is free.
+    fn take_event(&self) -> Result<CUevent> {
+        let e = self.events.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        match e {
+            Some(e) => Ok(e),
+            None => driver::event_create(),
+        }
+    }
+
+    /// Return the event of a completed submission (context bound).
+    fn give_event(&self, e: CUevent) {
+        let mut pool = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        if pool.len() < EVENT_POOL_MAX {
+            pool.push(e);
+        } else {
+            drop(pool);
+            driver::event_destroy(e);
+        }
+    }
+
+    /// A cached step table whose bytes equal `bytes`, made most recent.
+    fn cached_steps(&self, bytes: &[u8]) -> Option<Arc<CachedSteps>> {
+        let mut cache = self.step_cache.lock().unwrap_or_else(|p| p.into_inner());
+        let i = cache.iter().rposition(|c| c.holds(bytes))?;
+        let hit = cache.remove(i)?;
+        cache.push_back(hit.clone());
+        Some(hit)
+    }
+
+    /// Keep an uploaded table; the evicted one goes back to the pool once no
+    /// submission in flight holds it (else its last holder returns it).
+    fn cache_steps(&self, entry: Arc<CachedSteps>) {
+        let mut cache = self.step_cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache.push_back(entry);
+        let old = if cache.len() > STEP_CACHE_ENTRIES {
+            cache.pop_front()
+        } else {
+            None
+        };
+        drop(cache);
+        if let Some(old) = old {
+            self.release_cached(old);
+        }
+    }
+
+    fn release_cached(&self, c: Arc<CachedSteps>) {
+        if let Ok(c) = Arc::try_unwrap(c) {
+            self.give_work(c.work);
+        }
+    }
+
     fn give_work(&self, w: WorkBuf) {
         let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
         // Enough for a deep queue of back-to-back launches (each holds one
@@ -290,6 +377,18 @@ impl Drop for Inner {
                 .get_mut()
                 .unwrap_or_else(|p| p.into_inner())
                 .clear();
+            self.step_cache
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .clear();
+            for e in self
+                .events
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .drain(..)
+            {
+                driver::event_destroy(e);
+            }
             for &p in &self.peer_blocks {
                 if p != 0 {
                     driver::ipc_close(p);
@@ -715,6 +814,8 @@ impl CudaBackend {
             send_conns,
             recv_conns,
             pool: Mutex::new(Vec::new()),
+            step_cache: Mutex::new(VecDeque::new()),
+            events: Mutex::new(Vec::new()),
             aborted: AtomicBool::new(false),
             failed_flag: AtomicBool::new(false),
             failed: Mutex::new(None),
@@ -758,6 +859,8 @@ struct Resources {
     /// (host destination, device source, bytes) copied after completion.
     copy_back: Vec<(u64, u64, usize)>,
     work: Option<WorkBuf>,
+    /// The cached step table this submission's kernels read.
+    cached: Option<Arc<CachedSteps>>,
 }
 
 /// How many leading steps of one channel's list may run in a block of their
@@ -1014,7 +1117,10 @@ impl Inner {
         }))
     }
 
-    unsafe fn submit(self: &Arc<Self>, launch: Launch) -> Result<CudaPending> {
+    /// Queue `launch`. A `blocking` submission records no event: its caller
+    /// waits for the whole stream at once (holding the engine's sequence
+    /// lock, so nothing is queued after it meanwhile).
+    unsafe fn submit(self: &Arc<Self>, launch: Launch, blocking: bool) -> Result<CudaPending> {
         if let Some(e) = self.state_error() {
             return Err(e);
         }
@@ -1023,6 +1129,7 @@ impl Inner {
             mems: Vec::new(),
             copy_back: Vec::new(),
             work: None,
+            cached: None,
         };
         let mut steps: Vec<GcStep> = Vec::new();
         let mut chans: Vec<GcChan> = Vec::new();
@@ -1199,40 +1306,98 @@ impl Inner {
                 dtype,
             });
         }
-        let event = driver::event_create()?;
+        let event = if blocking {
+            None
+        } else {
+            Some(self.take_event()?)
+        };
+        let now = Instant::now();
         let mut pending = CudaPending {
             inner: self.clone(),
             event,
             res: None,
             seq: launch.first_seq,
             done: None,
-            last_sum: self.progress_sum(),
-            last_progress: Instant::now(),
+            // The first check (after CHECK_EVERY) sees a change and restarts
+            // the clock: no per-submission read of every channel's counter.
+            last_sum: u64::MAX,
+            last_progress: now,
+            last_check: now,
             abort_seen: None,
             timed_out: false,
         };
         if !steps.is_empty() {
             let sbytes = std::mem::size_of_val(steps.as_slice());
             let cbytes = std::mem::size_of_val(chans.as_slice());
-            let work = self.take_work(sbytes + cbytes)?;
-            // SAFETY: the pinned buffer holds at least sbytes + cbytes bytes and
-            // is ours until this submission completed (it returns to the pool then).
-            unsafe {
-                std::ptr::copy_nonoverlapping(steps.as_ptr() as *const u8, work.host.host, sbytes);
-                std::ptr::copy_nonoverlapping(
-                    chans.as_ptr() as *const u8,
-                    work.host.host.add(sbytes),
-                    cbytes,
-                );
-                driver::memcpy_htod_async(
-                    work.dev.ptr,
-                    work.host.host,
-                    sbytes + cbytes,
-                    self.stream,
-                )?;
-            }
-            let (dsteps, dchans) = (work.dev.ptr, work.dev.ptr + sbytes as u64);
-            res.work = Some(work);
+            let total = sbytes + cbytes;
+            // SAFETY: repr(C) structs without padding (sizes asserted in abi.rs,
+            // every field initialized), viewed as bytes within their lengths.
+            let (sb, cb) = unsafe {
+                (
+                    std::slice::from_raw_parts(steps.as_ptr() as *const u8, sbytes),
+                    std::slice::from_raw_parts(chans.as_ptr() as *const u8, cbytes),
+                )
+            };
+            let hit = if total <= STEP_CACHE_MAX_BYTES {
+                let mut bytes = Vec::with_capacity(total);
+                bytes.extend_from_slice(sb);
+                bytes.extend_from_slice(cb);
+                match self.cached_steps(&bytes) {
+                    Some(c) => Some(c),
+                    None => {
+                        let work = self.take_work(total)?;
+                        // SAFETY: the pinned buffer holds at least `total` bytes;
+                        // the device copy is read only by kernels queued after
+                        // this copy on the same stream; the entry is never
+                        // written again.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(bytes.as_ptr(), work.host.host, total);
+                            driver::memcpy_htod_async(
+                                work.dev.ptr,
+                                work.host.host,
+                                total,
+                                self.stream,
+                            )?;
+                        }
+                        let c = Arc::new(CachedSteps { work, len: total });
+                        self.cache_steps(c.clone());
+                        Some(c)
+                    }
+                }
+            } else {
+                None
+            };
+            let dbase = match hit {
+                Some(c) => {
+                    let p = c.work.dev.ptr;
+                    res.cached = Some(c);
+                    p
+                }
+                None => {
+                    let work = self.take_work(total)?;
+                    // SAFETY: the pinned buffer holds at least `total` bytes and
+                    // is ours until this submission completed (it returns to
+                    // the pool then).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(sb.as_ptr(), work.host.host, sbytes);
+                        std::ptr::copy_nonoverlapping(
+                            cb.as_ptr(),
+                            work.host.host.add(sbytes),
+                            cbytes,
+                        );
+                        driver::memcpy_htod_async(
+                            work.dev.ptr,
+                            work.host.host,
+                            total,
+                            self.stream,
+                        )?;
+                    }
+                    let p = work.dev.ptr;
+                    res.work = Some(work);
+                    p
+                }
+            };
+            let (dsteps, dchans) = (dbase, dbase + sbytes as u64);
             for item in launches.iter_mut() {
                 if let Item::Steps {
                     first_chan, args, ..
@@ -1287,7 +1452,9 @@ impl Inner {
                 }
             }
         }
-        driver::event_record(event, self.stream)?;
+        if let Some(e) = pending.event {
+            driver::event_record(e, self.stream)?;
+        }
         Ok(pending)
     }
 }
@@ -1295,12 +1462,16 @@ impl Inner {
 /// One submission in flight.
 struct CudaPending {
     inner: Arc<Inner>,
-    event: CUevent,
+    /// Recorded after the last kernel; None for a blocking submission,
+    /// which waits for the whole stream instead.
+    event: Option<CUevent>,
     res: Option<Resources>,
     seq: u64,
     done: Option<Result<()>>,
     last_sum: u64,
     last_progress: Instant,
+    /// When progress, abort and timeout were last checked.
+    last_check: Instant,
     abort_seen: Option<Instant>,
     timed_out: bool,
 }
@@ -1410,20 +1581,38 @@ impl CudaPending {
         if let Some(w) = r.work.take() {
             self.inner.give_work(w);
         }
+        if let Some(c) = r.cached.take() {
+            self.inner.release_cached(c);
+        }
         drop(r);
     }
 
-    /// One step of progress; Some(result) once finished.
-    fn poll(&mut self) -> Option<Result<()>> {
+    /// Whether the submission's kernels completed.
+    fn complete(&self) -> Result<bool> {
+        match self.event {
+            Some(e) => driver::event_query(e),
+            None => driver::stream_query(self.inner.stream),
+        }
+    }
+
+    /// One step of progress; Some(result) once finished. `bound`: the
+    /// context is already current on this thread.
+    fn poll(&mut self, bound: bool) -> Option<Result<()>> {
         if let Some(d) = &self.done {
             return Some(d.clone());
         }
         let r = (|| -> Result<Option<()>> {
-            bind(self.inner.ctx.ordinal)?;
-            if driver::event_query(self.event)? {
+            if !bound {
+                bind(self.inner.ctx.ordinal)?;
+            }
+            if self.complete()? {
                 return self.finish().map(Some);
             }
             let now = Instant::now();
+            if now.duration_since(self.last_check) < CHECK_EVERY {
+                return Ok(None);
+            }
+            self.last_check = now;
             let sum = self.inner.progress_sum();
             if sum != self.last_sum {
                 self.last_sum = sum;
@@ -1472,14 +1661,28 @@ impl CudaPending {
 }
 
 impl PendingWork for CudaPending {
+    /// Spin on the completion query for [`WAIT_SPIN`], then yield until
+    /// [`WAIT_YIELD`], then sleep 50 µs between polls. Progress, abort and
+    /// timeout are checked every [`CHECK_EVERY`] throughout.
     fn wait(&mut self) -> Result<()> {
-        let mut polls: u32 = 0;
+        if self.done.is_none() {
+            if let Err(e) = bind(self.inner.ctx.ordinal) {
+                return self.poll(false).unwrap_or(Err(e));
+            }
+        }
+        let start = Instant::now();
         loop {
-            if let Some(r) = self.poll() {
+            // Nothing else runs on this thread between polls: the context
+            // bound above stays current.
+            if let Some(r) = self.poll(true) {
                 return r;
             }
-            polls = polls.saturating_add(1);
-            if polls < 2000 {
+            let waited = start.elapsed();
+            if waited < WAIT_SPIN {
+                for _ in 0..16 {
+                    std::hint::spin_loop();
+                }
+            } else if waited < WAIT_YIELD {
                 std::thread::yield_now();
             } else {
                 std::thread::sleep(Duration::from_micros(50));
@@ -1488,7 +1691,7 @@ impl PendingWork for CudaPending {
     }
 
     fn test(&mut self) -> Result<bool> {
-        match self.poll() {
+        match self.poll(false) {
             None => Ok(false),
             Some(r) => r.map(|_| true),
         }
@@ -1500,8 +1703,16 @@ impl Drop for CudaPending {
         if self.done.is_none() {
             let _ = self.wait();
         }
-        if bind(self.inner.ctx.ordinal).is_ok() {
-            driver::event_destroy(self.event);
+        if let Some(e) = self.event.take() {
+            if bind(self.inner.ctx.ordinal).is_ok() {
+                // A completed event may be recorded again; any other is
+                // destroyed (a kernel that never left may still hold it).
+                if matches!(self.done, Some(Ok(()))) {
+                    self.inner.give_event(e);
+                } else {
+                    driver::event_destroy(e);
+                }
+            }
         }
     }
 }
@@ -1517,8 +1728,17 @@ impl Backend for CudaBackend {
 
     unsafe fn submit(&self, launch: Launch) -> Result<Box<dyn PendingWork>> {
         // SAFETY: forwarded contract: the buffers stay valid until completion.
-        let p = unsafe { self.inner.submit(launch)? };
+        let p = unsafe { self.inner.submit(launch, false)? };
         Ok(Box::new(p))
+    }
+
+    /// Blocking: no event, no boxing; the caller's thread spins on the
+    /// stream (see `CudaPending::wait`) with the same timeout and abort
+    /// handling as `submit` + `wait`.
+    unsafe fn run(&self, launch: Launch) -> Result<()> {
+        // SAFETY: forwarded contract; we wait for completion before returning.
+        let mut p = unsafe { self.inner.submit(launch, true)? };
+        p.wait()
     }
 
     fn abort(&self, reason: &str) {

@@ -408,6 +408,17 @@ pub(crate) fn stream_synchronize(s: CUstream) -> Result<()> {
     )
 }
 
+/// Whether all work issued on `s` completed.
+pub(crate) fn stream_query(s: CUstream) -> Result<bool> {
+    // SAFETY: s is a live stream.
+    let r = unsafe { sys::cuStreamQuery(s) };
+    if r == sys::CUresult::CUDA_ERROR_NOT_READY {
+        return Ok(false);
+    }
+    check(r, "cuStreamQuery")?;
+    Ok(true)
+}
+
 pub(crate) fn event_create() -> Result<CUevent> {
     let mut e = std::ptr::null_mut();
     // SAFETY: writes one event handle.
