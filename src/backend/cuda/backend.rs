@@ -216,6 +216,10 @@ struct Inner {
     segs: Vec<Segment>,
     /// Our P2P block (heads + receive FIFOs).
     _fifo: Option<DevMem>,
+    /// For the teardown barrier: peers write into our P2P block (head
+    /// credits, FIFO slots, direct inboxes), so it is freed only once every
+    /// rank's kernels are known to be done.
+    mpi: Arc<MpiComm>,
     /// Peers' P2P blocks opened through IPC.
     peer_blocks: Vec<CUdeviceptr>,
     send_conns: DevMem,
@@ -369,10 +373,34 @@ impl Inner {
     }
 }
 
+/// How long a dropped communicator waits for its peers to drop theirs
+/// before it leaks its P2P block instead of freeing it under them.
+const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
 impl Drop for Inner {
     fn drop(&mut self) {
         if bind(self.ctx.ordinal).is_ok() {
             let _ = driver::stream_synchronize(self.stream);
+            // A peer's last kernel may still write a head credit or a slot
+            // into our block after our own kernels finished. Free it only
+            // after every rank has synchronized its stream (a barrier, which
+            // makes dropping the communicator collective, like
+            // MPI_Comm_free); a failed communicator or a peer that never
+            // comes leaks it instead.
+            if self._fifo.is_some() {
+                let healthy = self.state_error().is_none()
+                    && self
+                        .mpi
+                        .allgather_bytes_timeout(&[1], TEARDOWN_TIMEOUT)
+                        .is_ok();
+                if !healthy {
+                    tracing::warn!(
+                        rank = self.rank,
+                        "CUDA backend teardown: peers not confirmed idle; leaking the P2P block"
+                    );
+                    std::mem::forget(self._fifo.take());
+                }
+            }
             self.pool
                 .get_mut()
                 .unwrap_or_else(|p| p.into_inner())
@@ -810,6 +838,7 @@ impl CudaBackend {
             timeout: config.timeout,
             segs,
             _fifo: fifo,
+            mpi: mpi.clone(),
             peer_blocks,
             send_conns,
             recv_conns,
