@@ -40,6 +40,31 @@ impl Ctx<'_> {
             .saturating_add(off)
     }
 
+    /// The blocks of `[start, end)` for algorithms that give each of the
+    /// `n` ranks one chunk per block (ring and direct all_reduce). The last
+    /// block may be short: its chunk shrinks to an even, aligned share, and
+    /// ranks past its end get empty chunks, which senders and receivers
+    /// skip alike.
+    pub fn blocks(&self, start: u64, end: u64) -> impl Iterator<Item = Block> {
+        let (chunk, n, align) = (self.chunk, self.n as u64, self.align);
+        let full = chunk.saturating_mul(n);
+        let mut base = start;
+        std::iter::from_fn(move || {
+            if base >= end {
+                return None;
+            }
+            let rem = full.min(end - base);
+            let cs = if rem == full {
+                chunk
+            } else {
+                chunk.min(round_up(div_ceil(rem, n), align))
+            };
+            let b = Block { base, rem, cs };
+            base += rem;
+            Some(b)
+        })
+    }
+
     /// `(offset, count)` of the chunks of `[start, end)`.
     pub fn chunks(&self, start: u64, end: u64) -> impl Iterator<Item = (u64, u64)> {
         let chunk = self.chunk;
@@ -53,6 +78,27 @@ impl Ctx<'_> {
             off += k;
             Some(item)
         })
+    }
+}
+
+/// One block of [`Ctx::blocks`]: `rem` elements from `base`, cut into
+/// chunks of `cs`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Block {
+    base: u64,
+    rem: u64,
+    cs: u64,
+}
+
+impl Block {
+    /// `(offset, count)` of chunk `i` of this block (count 0 past its end).
+    pub fn piece(&self, i: usize) -> (u64, u64) {
+        let lo = (i as u64).saturating_mul(self.cs);
+        if lo >= self.rem {
+            (self.base, 0)
+        } else {
+            (self.base + lo, self.cs.min(self.rem - lo))
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 //! `me + d` and receives from `me - d`, so every send meets a receive in the
 //! peer's round of the same number and no cycle of waits can form.
 
-use super::build::{div_ceil, flow, own_input, round_up, Ctx};
+use super::build::{flow, own_input, Ctx};
 use super::{Flow, Peers, Region, Step};
 
 /// all_to_all: copy my own block, then, chunk by chunk, send to every peer
@@ -138,23 +138,8 @@ pub(crate) fn scatter(cx: &Ctx<'_>, s: u64, e: u64, steps: &mut Vec<Step>) {
 /// (uneven last block) are skipped by sender and receiver alike.
 pub(crate) fn all_reduce(cx: &Ctx<'_>, s: u64, e: u64, steps: &mut Vec<Step>) {
     let (n, me) = (cx.n, cx.me);
-    let full = cx.chunk.saturating_mul(n as u64);
-    let mut base = s;
-    while base < e {
-        let rem = full.min(e - base);
-        let cs = if rem == full {
-            cx.chunk
-        } else {
-            cx.chunk.min(round_up(div_ceil(rem, n as u64), cx.align))
-        };
-        let piece = |r: usize| -> (u64, u64) {
-            let lo = (r as u64).saturating_mul(cs);
-            if lo >= rem {
-                (base, 0)
-            } else {
-                (base + lo, cs.min(rem - lo))
-            }
-        };
+    for block in cx.blocks(s, e) {
+        let piece = |i: usize| block.piece(i);
         let (mo, mk) = piece(me);
         for d in 1..n {
             let to = (me + d) % n;
@@ -203,6 +188,5 @@ pub(crate) fn all_reduce(cx: &Ctx<'_>, s: u64, e: u64, steps: &mut Vec<Step>) {
                 }));
             }
         }
-        base += rem;
     }
 }

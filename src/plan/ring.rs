@@ -6,7 +6,7 @@
 //! receives, so at most one chunk per rank is in flight beyond what has been
 //! drained; with chunks of at most half a FIFO the ring never fills up.
 
-use super::build::{div_ceil, flow, own_input, round_up, Ctx};
+use super::build::{flow, own_input, Ctx};
 use super::{Flow, Peers, Region, Step};
 
 /// Ring all_reduce over `[s, e)`: per block of `n × chunk` elements split
@@ -21,24 +21,8 @@ pub(crate) fn all_reduce(cx: &Ctx<'_>, s: u64, e: u64, steps: &mut Vec<Step>) {
     let ix = cx.graph.ring_index(cx.me);
     let next = Peers::one(cx.graph.ring_next(cx.me));
     let prev = Peers::one(cx.graph.ring_prev(cx.me));
-    let full = cx.chunk.saturating_mul(n as u64);
-    let mut base = s;
-    while base < e {
-        let rem = full.min(e - base);
-        let cs = if rem == full {
-            cx.chunk
-        } else {
-            cx.chunk.min(round_up(div_ceil(rem, n as u64), cx.align))
-        };
-        // Chunk of ring position `pos` in this block.
-        let piece = |pos: usize| -> (u64, u64) {
-            let lo = (pos as u64).saturating_mul(cs);
-            if lo >= rem {
-                (base, 0)
-            } else {
-                (base + lo, cs.min(rem - lo))
-            }
-        };
+    for block in cx.blocks(s, e) {
+        let piece = |i: usize| block.piece(i);
         let pos = |back: usize| (ix + n - back % n) % n;
         let mut push = |(o, k): (u64, u64), f: &dyn Fn(u64, u64) -> Flow| {
             if k > 0 {
@@ -76,7 +60,6 @@ pub(crate) fn all_reduce(cx: &Ctx<'_>, s: u64, e: u64, steps: &mut Vec<Step>) {
             dst: Some(Region::output(o)),
             ..flow(k)
         });
-        base += rem;
     }
 }
 
