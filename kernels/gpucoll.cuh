@@ -106,11 +106,17 @@ struct GcArgs {
 
 // ------------------------------------------------------------ direct path
 // One-shot all_reduce over peer memory mapped with CUDA IPC (single node,
-// every peer P2P-mapped). Each rank's direct area holds, per parity
-// (launch epoch & 1), a flag array [sender][block] of GcFlag and an inbox
-// per sender. See kernels/coll.cu (gc_direct_ar_*) for the protocol.
+// every peer P2P-mapped). Each rank's direct area starts with a control
+// word pair (GcDirectCtl, in its own device memory) and then holds, per
+// parity (launch epoch & 1), a flag array [sender][block] of GcFlag and an
+// inbox per sender. See kernels/coll.cu (gc_direct_ar_*) for the protocol.
 #define GC_DIRECT_MAX_RANKS 8
 #define GC_DIRECT_MAX_BLOCKS 64
+// Direct flag: the inbox holds LL lines (data and epoch in every 8 bytes)
+// instead of raw data followed by a fenced flag.
+#define GC_FLAG_LL 8u
+// LL lines before the data lines of an inbox: one header line per block.
+#define GC_LL_HEADER_LINES GC_DIRECT_MAX_BLOCKS
 
 // One flag: the epoch (launch number, monotone) and the call's identity.
 struct GcFlag {
@@ -118,7 +124,16 @@ struct GcFlag {
   uint64_t meta;  // seq << 32 | (bytes & 0xffffffff)
 };
 
-// Kernel arguments of the direct kernels (passed by value): 352 bytes.
+// The launch counter of the direct kernels, in the rank's own device
+// memory: read by every block at its start, advanced by the last block to
+// finish, so a replayed CUDA graph sees fresh epochs.
+struct GcDirectCtl {
+  uint64_t epoch;  // epochs completed
+  uint32_t done;   // blocks of the running launch that finished
+  uint32_t pad;
+};
+
+// Kernel arguments of the direct kernels (passed by value): 368 bytes.
 struct GcDirectArgs {
   uint64_t input;
   uint64_t output;
@@ -128,14 +143,17 @@ struct GcDirectArgs {
   double scale;
   uint64_t iscale;
   uint64_t div;
-  uint64_t epoch;       // this launch's epoch (>= 1)
+  uint64_t ctl;         // GcDirectCtl* in our own device memory
   uint64_t meta;        // seq << 32 | bytes
+  uint64_t parity_bytes;  // distance from parity 0 to parity 1 of every address below
+  uint64_t ll_off;      // LL lines of an inbox: inbox address + ll_off (kept apart from
+                        // Simple data, whose bytes could look like LL flags)
   uint32_t nranks;
   uint32_t rank;
   uint32_t op;
-  uint32_t flags;       // GC_FLAG_PRE_OP | GC_FLAG_POST_OP
-  uint64_t put_data[GC_DIRECT_MAX_RANKS];  // peer p's inbox for us (this parity)
-  uint64_t put_flag[GC_DIRECT_MAX_RANKS];  // peer p's GcFlag[MAX_BLOCKS] for us
-  uint64_t get_data[GC_DIRECT_MAX_RANKS];  // our inbox from peer p
-  uint64_t get_flag[GC_DIRECT_MAX_RANKS];  // our GcFlag[MAX_BLOCKS] from peer p
+  uint32_t flags;       // GC_FLAG_PRE_OP | GC_FLAG_POST_OP | GC_FLAG_LL
+  uint64_t put_data[GC_DIRECT_MAX_RANKS];  // peer p's inbox for us (parity 0)
+  uint64_t put_flag[GC_DIRECT_MAX_RANKS];  // peer p's GcFlag[MAX_BLOCKS] for us (parity 0)
+  uint64_t get_data[GC_DIRECT_MAX_RANKS];  // our inbox from peer p (parity 0)
+  uint64_t get_flag[GC_DIRECT_MAX_RANKS];  // our GcFlag[MAX_BLOCKS] from peer p (parity 0)
 };

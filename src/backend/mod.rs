@@ -64,6 +64,9 @@ pub struct BackendCaps {
     pub launch_us: f64,
     /// Whether a direct path (every peer mapped) exists within a node.
     pub direct: bool,
+    /// Protocols of the direct one-shot all_reduce (`protocols` applies to
+    /// every other plan).
+    pub direct_protocols: Vec<Protocol>,
 }
 
 /// Work in flight on a backend.

@@ -472,6 +472,7 @@ mod tests {
     fn caps(slot: u64, slots: u64) -> BackendCaps {
         BackendCaps {
             protocols: vec![Protocol::Simple],
+            direct_protocols: vec![Protocol::Simple],
             max_channels: 8,
             slot_bytes: slot,
             fifo_slots: slots,

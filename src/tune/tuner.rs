@@ -161,11 +161,26 @@ impl Tuner {
         }
     }
 
-    /// The protocols to consider after `GPUCOLL_PROTO`.
-    fn protocols(&self) -> Vec<Protocol> {
+    /// The protocols the backend implements for `kind` run by `algo`.
+    fn implemented(&self, kind: CollKind, algo: Algorithm) -> &[Protocol] {
+        if kind == CollKind::AllReduce
+            && algo == Algorithm::Direct
+            && !self.caps.direct_protocols.is_empty()
+        {
+            &self.caps.direct_protocols
+        } else {
+            &self.caps.protocols
+        }
+    }
+
+    /// The protocols to consider for `kind` run by `algo` after
+    /// `GPUCOLL_PROTO`. A forced protocol applies where the algorithm
+    /// implements it; the others keep their own (a warning when no
+    /// algorithm implements it at all).
+    fn protocols(&self, kind: CollKind, algo: Algorithm) -> Vec<Protocol> {
         let mut avail: Vec<Protocol> = Protocol::ALL
             .into_iter()
-            .filter(|p| self.caps.protocols.contains(p))
+            .filter(|p| self.implemented(kind, algo).contains(p))
             .collect();
         if avail.is_empty() {
             avail.push(Protocol::Simple);
@@ -173,10 +188,14 @@ impl Tuner {
         match self.config.proto {
             Some(p) if avail.contains(&p) => vec![p],
             Some(p) => {
-                self.warn_once(
-                    WARN_PROTO,
-                    format_args!("GPUCOLL_PROTO={p} is not implemented by this backend; ignored"),
-                );
+                if !self.caps.protocols.contains(&p) && !self.caps.direct_protocols.contains(&p) {
+                    self.warn_once(
+                        WARN_PROTO,
+                        format_args!(
+                            "GPUCOLL_PROTO={p} is not implemented by this backend; ignored"
+                        ),
+                    );
+                }
                 avail
             }
             None => avail,
@@ -201,9 +220,8 @@ impl Tuner {
         let nchannels = self.channels(bytes);
         let mut best: Option<(f64, Algorithm, Protocol)> = None;
         let algos = self.algorithms(task.kind);
-        let protos = self.protocols();
         for &a in &algos {
-            for &p in &protos {
+            for p in self.protocols(task.kind, a) {
                 let t = model::estimate_us(
                     task.kind,
                     a,
@@ -219,7 +237,8 @@ impl Tuner {
                 }
             }
         }
-        let (time, algorithm, protocol) = best.unwrap_or((f64::INFINITY, algos[0], protos[0]));
+        let (time, algorithm, protocol) =
+            best.unwrap_or((f64::INFINITY, algos[0], Protocol::Simple));
         let choice = Choice {
             algorithm,
             protocol,
@@ -264,6 +283,7 @@ mod tests {
     fn caps(direct: bool) -> BackendCaps {
         BackendCaps {
             protocols: vec![Protocol::Simple, Protocol::LL],
+            direct_protocols: vec![Protocol::Simple, Protocol::LL],
             max_channels: 8,
             slot_bytes: 1 << 16,
             fifo_slots: 8,
@@ -364,6 +384,54 @@ mod tests {
         );
         assert_eq!(
             m.choose(&task(CollKind::AllReduce, 1 << 28)).protocol,
+            Protocol::Simple
+        );
+    }
+
+    #[test]
+    fn direct_protocols_apply_to_the_one_shot_only() {
+        // A GPU-like backend: step plans speak Simple only, the one-shot
+        // speaks LL too.
+        let topo = Topology::single_node(0, 2);
+        let mut c = caps(true);
+        c.protocols = vec![Protocol::Simple];
+        let t = Tuner::new(&topo, &c, &Config::default());
+        let small = t.choose(&task(CollKind::AllReduce, 2));
+        assert_eq!(
+            (small.algorithm, small.protocol),
+            (Algorithm::Direct, Protocol::LL)
+        );
+        let beyond_ll = t.choose(&task(
+            CollKind::AllReduce,
+            (model::DIRECT_LL_MAX_BYTES / 4) * 2,
+        ));
+        assert_ne!(beyond_ll.protocol, Protocol::LL);
+        for kind in CollKind::ALL {
+            for n in [1u64, 1 << 10, 1 << 20, 1 << 26] {
+                let ch = t.choose(&task(kind, n));
+                if ch.protocol == Protocol::LL {
+                    assert_eq!(
+                        (kind, ch.algorithm),
+                        (CollKind::AllReduce, Algorithm::Direct)
+                    );
+                    assert!(n * 4 <= model::DIRECT_LL_MAX_BYTES);
+                }
+            }
+        }
+        // Forcing LL where only the one-shot has it: large calls stay Simple.
+        let cfg = Config {
+            proto: Some(Protocol::LL),
+            ..Config::default()
+        };
+        let t = Tuner::new(&topo, &c, &cfg);
+        assert_eq!(
+            t.choose(&task(CollKind::AllReduce, 8)).protocol,
+            Protocol::LL
+        );
+        let big = t.choose(&task(CollKind::AllReduce, 1 << 26));
+        assert_eq!(big.protocol, Protocol::Simple);
+        assert_eq!(
+            t.choose(&task(CollKind::AllGather, 8)).protocol,
             Protocol::Simple
         );
     }

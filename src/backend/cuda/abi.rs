@@ -9,6 +9,10 @@ pub(crate) const STEP_EXCHANGE: u32 = 1;
 pub(crate) const FLAG_REDUCE: u32 = 1;
 pub(crate) const FLAG_PRE_OP: u32 = 2;
 pub(crate) const FLAG_POST_OP: u32 = 4;
+/// `GC_FLAG_LL`: the direct one-shot uses LL lines.
+pub(crate) const FLAG_LL: u32 = 8;
+/// `GC_LL_HEADER_LINES`: header lines before an LL inbox's data lines.
+pub(crate) const LL_HEADER_LINES: u64 = 64;
 
 /// Error codes in [`GcChanStatus::code`].
 pub(crate) const ERR_NONE: u32 = 0;
@@ -110,8 +114,10 @@ pub(crate) struct GcDirectArgs {
     pub scale: f64,
     pub iscale: u64,
     pub div: u64,
-    pub epoch: u64,
+    pub ctl: u64,
     pub meta: u64,
+    pub parity_bytes: u64,
+    pub ll_off: u64,
     pub nranks: u32,
     pub rank: u32,
     pub op: u32,
@@ -122,7 +128,7 @@ pub(crate) struct GcDirectArgs {
     pub get_flag: [u64; DIRECT_RANKS],
 }
 
-const _: () = assert!(std::mem::size_of::<GcDirectArgs>() == 352);
+const _: () = assert!(std::mem::size_of::<GcDirectArgs>() == 368);
 const _: () = assert!(std::mem::size_of::<GcStep>() == 64);
 const _: () = assert!(std::mem::size_of::<GcConn>() == 64);
 const _: () = assert!(std::mem::size_of::<GcChan>() == 16);

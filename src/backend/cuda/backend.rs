@@ -22,21 +22,34 @@ use std::time::{Duration, Instant};
 
 /// Slots per FIFO (NCCL's `NCCL_STEPS`).
 pub const FIFO_SLOTS: usize = 8;
-/// P2P channels (one block each): 128 / nranks within 16..=64, so the FIFO
-/// memory (channels × nranks × 4 MiB per rank) stays near 512 MiB;
+/// P2P channels (one block each): 256 / nranks within 16..=128;
 /// `GPUCOLL_CUDA_CHANNELS` overrides (the smallest value of all ranks is
-/// used). At most [`MAX_CHANNELS`].
+/// used). At most [`MAX_CHANNELS`]. On 2×H200 a 256 MiB all_reduce reached
+/// 309 / 316 / 331 GB/s with 64 / 96 / 128 channels (docs/CUDA_NOTES.md).
 fn p2p_channels(nranks: usize) -> usize {
-    (128 / nranks.max(1)).clamp(16, 64)
+    (256 / nranks.max(1)).clamp(16, 128)
 }
-/// P2P slot size; `GPUCOLL_CUDA_SLOT_KB` overrides (smallest of all ranks).
-const SLOT_BYTES_P2P: usize = 512 << 10;
+/// P2P slot size for `channels` channels: 512 KiB up to 64 channels, then
+/// smaller so that the FIFO memory (channels × nranks × 8 slots per rank)
+/// stays near 512 MiB for 2 ranks; `GPUCOLL_CUDA_SLOT_KB` overrides
+/// (smallest of all ranks).
+fn p2p_slot_bytes(channels: usize) -> usize {
+    if channels > 64 {
+        256 << 10
+    } else {
+        512 << 10
+    }
+}
 /// Kernel-name suffix of the default interpreter variant ("" = 4 packs in
 /// flight per thread, "_u8" = 8; 8 measured 1-5% faster on 2×H200, see
 /// docs/CUDA_NOTES.md).
 const DEFAULT_UNROLL_SUFFIX: &str = "_u8";
-/// Most channels the per-channel status area holds.
-const MAX_CHANNELS: usize = 64;
+/// Most channels (`GPUCOLL_CUDA_CHANNELS`); the per-channel status area
+/// holds them.
+const MAX_CHANNELS: usize = 128;
+const _: () = assert!(
+    shm::STATUS_OFF + MAX_CHANNELS * std::mem::size_of::<GcChanStatus>() <= shm::CONTROL_BYTES
+);
 const MAX_CHANNELS_SHM: usize = 4;
 const SLOT_BYTES_SHM: usize = 64 << 10;
 /// Threads per block (must match `GC_THREADS` in the kernel).
@@ -85,6 +98,18 @@ const DIRECT_BLOCK_BYTES: u64 = 32 << 10;
 const DIRECT_MAX_BYTES: u64 = crate::tune::model::DIRECT_ONESHOT_MAX_BYTES;
 /// Bytes of one parity's flags: `[sender][block]` of `GcFlag` (16 bytes).
 const DIRECT_FLAGS_BYTES: u64 = DIRECT_MAX_RANKS as u64 * DIRECT_MAX_BLOCKS * 16;
+/// Largest LL one-shot all_reduce (bytes).
+const DIRECT_LL_MAX_BYTES: u64 = crate::tune::model::DIRECT_LL_MAX_BYTES;
+/// Bytes of one LL inbox: a header line per block, then one 16-byte line
+/// per 8 data bytes.
+const DIRECT_LL_BOX_BYTES: u64 = (LL_HEADER_LINES + DIRECT_LL_MAX_BYTES / 8) * 16;
+/// Bytes of one sender's inbox: Simple data, then the LL lines.
+const DIRECT_BOX_BYTES: u64 = DIRECT_MAX_BYTES + DIRECT_LL_BOX_BYTES;
+/// Bytes before the parities of the direct area: the launch counter
+/// (`GcDirectCtl`), on a page of its own.
+const DIRECT_CTL_BYTES: u64 = 4096;
+/// Data bytes per block of the LL one-shot: one 8-byte unit per thread.
+const DIRECT_LL_BLOCK_BYTES: u64 = THREADS as u64 * 8;
 
 /// A positive integer from the environment, if set and valid.
 fn env_usize(name: &str) -> Option<usize> {
@@ -148,24 +173,25 @@ impl Layout {
     fn fifo_total(&self) -> u64 {
         self.heads_bytes() + self.channels * self.nranks * self.conn_bytes()
     }
-    /// Start of the direct area: per parity, flags then one inbox per sender.
+    /// Start of the direct area: the launch counter, then per parity, flags
+    /// and one inbox per sender.
     fn direct_off(&self) -> u64 {
         self.fifo_total().div_ceil(4096) * 4096
     }
     fn direct_parity_bytes(&self) -> u64 {
-        DIRECT_FLAGS_BYTES + self.nranks * DIRECT_MAX_BYTES
+        DIRECT_FLAGS_BYTES + self.nranks * DIRECT_BOX_BYTES
     }
-    /// Flags `[sender][..]` of `parity`, relative to the direct area.
-    fn direct_flags(&self, parity: u64, sender: u64) -> u64 {
-        parity * self.direct_parity_bytes() + sender * DIRECT_MAX_BLOCKS * 16
+    /// Flags `[sender][..]` of parity 0, relative to the direct area.
+    fn direct_flags(&self, sender: u64) -> u64 {
+        DIRECT_CTL_BYTES + sender * DIRECT_MAX_BLOCKS * 16
     }
-    /// Inbox of `sender` for `parity`, relative to the direct area.
-    fn direct_inbox(&self, parity: u64, sender: u64) -> u64 {
-        parity * self.direct_parity_bytes() + DIRECT_FLAGS_BYTES + sender * DIRECT_MAX_BYTES
+    /// Inbox of `sender` for parity 0, relative to the direct area.
+    fn direct_inbox(&self, sender: u64) -> u64 {
+        DIRECT_CTL_BYTES + DIRECT_FLAGS_BYTES + sender * DIRECT_BOX_BYTES
     }
     fn total(&self) -> u64 {
         if self.direct {
-            self.direct_off() + 2 * self.direct_parity_bytes()
+            self.direct_off() + DIRECT_CTL_BYTES + 2 * self.direct_parity_bytes()
         } else {
             self.fifo_total()
         }
@@ -206,11 +232,9 @@ struct Inner {
     direct_funcs: [CUfunction; 10],
     stream: CUstream,
     layout: Layout,
-    /// Device address (in our context) of every rank's P2P block; empty
-    /// without the direct path.
+    /// Device address (in our context) of every rank's direct area (the
+    /// end of its P2P block); empty without the direct path.
     bases: Vec<u64>,
-    /// Epoch of the last direct launch (identical on all ranks).
-    direct_epoch: std::sync::atomic::AtomicU64,
     timeout: Duration,
     /// Control segments of every local rank (ours at `local_rank`).
     segs: Vec<Segment>,
@@ -601,9 +625,10 @@ impl CudaBackend {
         let want_channels = env_usize("GPUCOLL_CUDA_CHANNELS")
             .unwrap_or(p2p_channels(nranks))
             .min(MAX_CHANNELS);
+        // 0: no preference (the default for the agreed channel count).
         let want_slot = env_usize("GPUCOLL_CUDA_SLOT_KB")
             .map(|k| (k << 10).clamp(4 << 10, 4 << 20))
-            .unwrap_or(SLOT_BYTES_P2P);
+            .unwrap_or(0);
         let mine: Vec<u8> = [
             std::process::id() as u64,
             tag,
@@ -635,8 +660,9 @@ impl CudaBackend {
             .max(1);
         let p2p_slot = (0..nranks)
             .map(|r| u64_at(&all, r * 6 + 5) as usize)
+            .filter(|&s| s > 0)
             .min()
-            .unwrap_or(SLOT_BYTES_P2P)
+            .unwrap_or(p2p_slot_bytes(p2p_channels))
             / 64
             * 64;
         let can_p2p = (|| -> Result<bool> {
@@ -834,7 +860,6 @@ impl CudaBackend {
             stream,
             layout,
             bases: direct_bases,
-            direct_epoch: std::sync::atomic::AtomicU64::new(0),
             timeout: config.timeout,
             segs,
             _fifo: fifo,
@@ -851,6 +876,11 @@ impl CudaBackend {
         });
         let caps = BackendCaps {
             protocols: vec![Protocol::Simple],
+            direct_protocols: if layout.direct {
+                vec![Protocol::Simple, Protocol::LL]
+            } else {
+                Vec::new()
+            },
             max_channels: channels,
             slot_bytes: slot_bytes as u64,
             fifo_slots: FIFO_SLOTS as u64,
@@ -1100,10 +1130,27 @@ impl Inner {
                 ),
             ));
         }
-        let epoch = self.direct_epoch.fetch_add(1, Ordering::AcqRel) + 1;
-        let parity = epoch & 1;
         let (me, l) = (self.rank as u64, &self.layout);
         let red = plan.reduction;
+        let ll = plan.protocol == Protocol::LL;
+        if ll && bytes > DIRECT_LL_MAX_BYTES {
+            return Err(plan_error(
+                seq,
+                0,
+                0,
+                format!("an LL one-shot of {bytes} bytes (at most {DIRECT_LL_MAX_BYTES})"),
+            ));
+        }
+        let mut flags = 0;
+        if red.pre_scale.is_some() {
+            flags |= FLAG_PRE_OP;
+        }
+        if red.post_div.is_some() {
+            flags |= FLAG_POST_OP;
+        }
+        if ll {
+            flags |= FLAG_LL;
+        }
         let mut a = GcDirectArgs {
             input: input.addr,
             output: output.addr,
@@ -1113,31 +1160,32 @@ impl Inner {
             scale: red.pre_scale.unwrap_or(1.0),
             iscale: int_scale(dtype, red.pre_scale.unwrap_or(1.0)),
             div: red.post_div.unwrap_or(1).max(1),
-            epoch,
+            // The launch counter lives in device memory (advanced by the
+            // kernels), so captured graphs replay with fresh epochs.
+            ctl: self.bases[self.rank],
             meta: (seq << 32) | (bytes & 0xffff_ffff),
+            parity_bytes: l.direct_parity_bytes(),
+            ll_off: DIRECT_MAX_BYTES,
             nranks: self.nranks as u32,
             rank: self.rank as u32,
             op: op_code(red.combine),
-            flags: if red.pre_scale.is_some() {
-                FLAG_PRE_OP
-            } else {
-                0
-            } | if red.post_div.is_some() {
-                FLAG_POST_OP
-            } else {
-                0
-            },
+            flags,
             ..GcDirectArgs::default()
         };
         for p in 0..self.nranks {
             let pu = p as u64;
-            a.put_data[p] = self.bases[p] + l.direct_inbox(parity, me);
-            a.put_flag[p] = self.bases[p] + l.direct_flags(parity, me);
-            a.get_data[p] = self.bases[self.rank] + l.direct_inbox(parity, pu);
-            a.get_flag[p] = self.bases[self.rank] + l.direct_flags(parity, pu);
+            a.put_data[p] = self.bases[p] + l.direct_inbox(me);
+            a.put_flag[p] = self.bases[p] + l.direct_flags(me);
+            a.get_data[p] = self.bases[self.rank] + l.direct_inbox(pu);
+            a.get_flag[p] = self.bases[self.rank] + l.direct_flags(pu);
         }
+        let per_block = if ll {
+            DIRECT_LL_BLOCK_BYTES
+        } else {
+            DIRECT_BLOCK_BYTES
+        };
         let grid = bytes
-            .div_ceil(DIRECT_BLOCK_BYTES)
+            .div_ceil(per_block)
             .clamp(1, DIRECT_MAX_BLOCKS.min(l.channels)) as u32;
         Ok(Some(Item::Direct {
             args: Box::new(a),

@@ -10,7 +10,7 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes of the control block at the start of every segment.
-pub(crate) const CONTROL_BYTES: usize = 8192;
+pub(crate) const CONTROL_BYTES: usize = 16384;
 const ABORT_OFF: usize = 0;
 const REASON_LEN_OFF: usize = 64;
 const REASON_OFF: usize = 128;

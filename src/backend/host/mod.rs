@@ -393,6 +393,7 @@ impl HostBackend {
         });
         let caps = BackendCaps {
             protocols: vec![Protocol::Simple],
+            direct_protocols: vec![Protocol::Simple],
             max_channels: layout.channels,
             slot_bytes: slot_bytes as u64,
             fifo_slots: FIFO_SLOTS as u64,
