@@ -532,10 +532,11 @@ __device__ bool run_exchange(Ctx& c, const GcStep& stp, PieceShared& sh) {
   return true;
 }
 
+// Run channel descriptor `ch` of a launch with arguments `a`; false when
+// the block must stop (an error was recorded or the abort word raised).
 template <typename T, int U>
-__device__ void run_block(const GcArgs& a) {
+__device__ bool run_chan(const GcArgs& a, const GcChan ch) {
   __shared__ PieceShared sh;
-  const GcChan ch = reinterpret_cast<const GcChan*>(a.chans)[blockIdx.x];
   Ctx c;
   c.a = &a;
   c.sc = reinterpret_cast<GcSendConn*>(a.send) + (uint64_t)ch.channel * a.nranks;
@@ -555,8 +556,14 @@ __device__ void run_block(const GcArgs& a) {
       if (threadIdx.x == 0) record_error(c, GC_ERR_BAD_STEP, 0, stp.kind, 0);
       ok = false;
     }
-    if (!ok) return;
+    if (!ok) return false;
   }
+  return true;
+}
+
+template <typename T, int U>
+__device__ void run_block(const GcArgs& a) {
+  run_chan<T, U>(a, reinterpret_cast<const GcChan*>(a.chans)[blockIdx.x]);
 }
 
 // ------------------------------------------------------- direct one-shot
@@ -975,6 +982,41 @@ GC_KERNEL(gc_run_bf16, __nv_bfloat16)
 GC_KERNEL(gc_run_f32, float)
 GC_KERNEL(gc_run_f64, double)
 
+// ------------------------------------------------------------ group launch
+//
+// A group of collectives as one launch: block b runs, in order, the entries
+// blocks[b].first .. +nsteps, each one item's step list on channel
+// blocks[b].channel with that item's arguments and datatype. Items of one
+// channel therefore keep their order (they share its connectors), and items
+// of different datatypes share the launch.
+template <int U>
+__device__ bool run_entry(const GcArgs& a, uint32_t dtype, const GcChan ch) {
+  switch (dtype) {
+    case GC_DT_I8: return run_chan<int8_t, U>(a, ch);
+    case GC_DT_U8: return run_chan<uint8_t, U>(a, ch);
+    case GC_DT_I32: return run_chan<int32_t, U>(a, ch);
+    case GC_DT_U32: return run_chan<uint32_t, U>(a, ch);
+    case GC_DT_I64: return run_chan<int64_t, U>(a, ch);
+    case GC_DT_U64: return run_chan<uint64_t, U>(a, ch);
+    case GC_DT_F16: return run_chan<__half, U>(a, ch);
+    case GC_DT_BF16: return run_chan<__nv_bfloat16, U>(a, ch);
+    case GC_DT_F32: return run_chan<float, U>(a, ch);
+    case GC_DT_F64: return run_chan<double, U>(a, ch);
+    default: return false;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(GC_THREADS, 1) gc_group(GcGroupArgs g) {
+  const GcChan blk = reinterpret_cast<const GcChan*>(g.blocks)[blockIdx.x];
+  for (uint32_t i = 0; i < blk.nsteps; i++) {
+    const GcGroupEntry e = reinterpret_cast<const GcGroupEntry*>(g.entries)[blk.first + i];
+    const GcArgs a = reinterpret_cast<const GcArgs*>(g.items)[e.item];
+    const GcChan ch{blk.channel, e.first, e.nsteps, 0};
+    if (!run_entry<8>(a, e.dtype, ch)) return;
+    __syncthreads();
+  }
+}
+
 static_assert(sizeof(GcStep) == 64, "GcStep layout");
 static_assert(sizeof(GcSendConn) == 64, "GcSendConn layout");
 static_assert(sizeof(GcRecvConn) == 64, "GcRecvConn layout");
@@ -984,3 +1026,5 @@ static_assert(sizeof(GcArgs) == 96, "GcArgs layout");
 static_assert(sizeof(GcDirectArgs) == 112 + 4 * 8 * GC_DIRECT_MAX_RANKS, "GcDirectArgs layout");
 static_assert(sizeof(GcDirectCtl) == 16, "GcDirectCtl layout");
 static_assert(sizeof(GcFlag) == 16, "GcFlag layout");
+static_assert(sizeof(GcGroupEntry) == 16, "GcGroupEntry layout");
+static_assert(sizeof(GcGroupArgs) == 32, "GcGroupArgs layout");

@@ -60,6 +60,27 @@ pub(crate) struct GcConn {
     pub pad: [u64; 3],
 }
 
+/// `GcGroupEntry`: one item's steps on one channel of a group launch.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct GcGroupEntry {
+    pub item: u32,
+    /// `GC_DT_*` (the `Datatype` discriminant).
+    pub dtype: u32,
+    pub first: u32,
+    pub nsteps: u32,
+}
+
+/// `GcGroupArgs`: the group kernel's arguments.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct GcGroupArgs {
+    pub items: u64,
+    pub entries: u64,
+    pub blocks: u64,
+    pub pad: u64,
+}
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct GcChan {
@@ -132,5 +153,7 @@ const _: () = assert!(std::mem::size_of::<GcDirectArgs>() == 368);
 const _: () = assert!(std::mem::size_of::<GcStep>() == 64);
 const _: () = assert!(std::mem::size_of::<GcConn>() == 64);
 const _: () = assert!(std::mem::size_of::<GcChan>() == 16);
+const _: () = assert!(std::mem::size_of::<GcGroupEntry>() == 16);
+const _: () = assert!(std::mem::size_of::<GcGroupArgs>() == 32);
 const _: () = assert!(std::mem::size_of::<GcChanStatus>() == 64);
 const _: () = assert!(std::mem::size_of::<GcArgs>() == 96);

@@ -230,6 +230,8 @@ struct Inner {
     funcs: [CUfunction; 10],
     /// One-shot all_reduce kernels (`gc_direct_ar_*`), by datatype.
     direct_funcs: [CUfunction; 10],
+    /// `gc_group`: several step-plan items (any datatypes) in one launch.
+    group_func: CUfunction,
     stream: CUstream,
     layout: Layout,
     /// Device address (in our context) of every rank's direct area (the
@@ -510,6 +512,8 @@ struct Local {
     module: CUmodule,
     funcs: [CUfunction; 10],
     direct_funcs: [CUfunction; 10],
+    /// `gc_group`: several step-plan items (any datatypes) in one launch.
+    group_func: CUfunction,
     stream: CUstream,
 }
 
@@ -556,11 +560,19 @@ fn load_local(ordinal: i32) -> Result<Local> {
             return Err(e);
         }
     };
+    let group_func = match driver::module_function(module, c"gc_group") {
+        Ok(f) => f,
+        Err(e) => {
+            driver::module_unload(module);
+            return Err(e);
+        }
+    };
     Ok(Local {
         ctx,
         module,
         funcs,
         direct_funcs,
+        group_func,
         stream,
     })
 }
@@ -610,6 +622,7 @@ impl CudaBackend {
             module,
             funcs,
             direct_funcs,
+            group_func,
             stream,
         } = local;
         // From here on, failures must release what stage 1 created.
@@ -857,6 +870,7 @@ impl CudaBackend {
             module,
             funcs,
             direct_funcs,
+            group_func,
             stream,
             layout,
             bases: direct_bases,
@@ -1194,6 +1208,95 @@ impl Inner {
         }))
     }
 
+    /// Upload the tables of a group launch (steps, per-channel entries,
+    /// per-block descriptors, per-item arguments) in one work buffer held by
+    /// `res`; the group kernel's arguments and grid. Every item of
+    /// `launches` is a step-plan item; items of one channel keep their order.
+    fn upload_group(
+        &self,
+        steps: &[GcStep],
+        chans: &[GcChan],
+        launches: &mut [Item],
+        res: &mut Resources,
+    ) -> Result<(GcGroupArgs, u32)> {
+        let mut per_channel: std::collections::BTreeMap<u32, Vec<GcGroupEntry>> =
+            std::collections::BTreeMap::new();
+        let mut items: Vec<GcArgs> = Vec::with_capacity(launches.len());
+        for item in launches.iter() {
+            let Item::Steps {
+                first_chan,
+                nchans,
+                args,
+                dtype,
+            } = item
+            else {
+                return Err(Error::Backend(
+                    "a group launch holds a one-shot item".into(),
+                ));
+            };
+            let idx = items.len() as u32;
+            items.push(*args);
+            for c in &chans[*first_chan..*first_chan + *nchans] {
+                per_channel
+                    .entry(c.channel)
+                    .or_default()
+                    .push(GcGroupEntry {
+                        item: idx,
+                        dtype: *dtype as u32,
+                        first: c.first,
+                        nsteps: c.nsteps,
+                    });
+            }
+        }
+        let mut entries: Vec<GcGroupEntry> = Vec::new();
+        let mut blocks: Vec<GcChan> = Vec::new();
+        for (channel, list) in per_channel {
+            blocks.push(GcChan {
+                channel,
+                first: entries.len() as u32,
+                nsteps: list.len() as u32,
+                pad: 0,
+            });
+            entries.extend(list);
+        }
+        let sbytes = std::mem::size_of_val(steps);
+        let ebytes = std::mem::size_of_val(entries.as_slice());
+        let bbytes = std::mem::size_of_val(blocks.as_slice());
+        let ibytes = std::mem::size_of_val(items.as_slice());
+        let total = sbytes + ebytes + bbytes + ibytes;
+        let work = self.take_work(total)?;
+        let dbase = work.dev.ptr;
+        for a in items.iter_mut() {
+            a.steps = dbase;
+            a.chans = 0;
+        }
+        let parts: [(*const u8, usize); 4] = [
+            (steps.as_ptr() as *const u8, sbytes),
+            (entries.as_ptr() as *const u8, ebytes),
+            (blocks.as_ptr() as *const u8, bbytes),
+            (items.as_ptr() as *const u8, ibytes),
+        ];
+        let mut at = 0;
+        for (src, len) in parts {
+            // SAFETY: each part is a live repr(C) slice of `len` bytes (no
+            // padding: sizes asserted in abi.rs); the pinned buffer holds
+            // `total` bytes and is ours until this submission completed.
+            unsafe { std::ptr::copy_nonoverlapping(src, work.host.host.add(at), len) };
+            at += len;
+        }
+        // SAFETY: device and pinned buffers hold `total` bytes; kernels that
+        // read the copy are queued after it on the same stream.
+        unsafe { driver::memcpy_htod_async(dbase, work.host.host, total, self.stream)? };
+        let g = GcGroupArgs {
+            items: dbase + (sbytes + ebytes + bbytes) as u64,
+            entries: dbase + sbytes as u64,
+            blocks: dbase + (sbytes + ebytes) as u64,
+            pad: 0,
+        };
+        res.work = Some(work);
+        Ok((g, blocks.len() as u32))
+    }
+
     /// Queue `launch`. A `blocking` submission records no event: its caller
     /// waits for the whole stream at once (holding the engine's sequence
     /// lock, so nothing is queued after it meanwhile).
@@ -1212,13 +1315,18 @@ impl Inner {
         let mut chans: Vec<GcChan> = Vec::new();
         let mut launches: Vec<Item> = Vec::new();
         let n = self.nranks;
+        // A group runs as one launch of the step interpreter: no one-shot
+        // kernels, no split-off local blocks.
+        let group = launch.items.len() > 1;
         for (k, bp) in launch.items.iter().enumerate() {
             let seq = launch.first_seq + k as u64;
             let plan = &bp.plan;
             let dtype = plan.task.dtype;
             let esize = dtype.size() as u64;
             let (input, output) = self.resolve(&bp.input, &bp.output, seq, &mut res)?;
-            if let Some(item) = self.direct_item(plan, input, output, seq)? {
+            if group {
+                // The group kernel runs every item's step plan.
+            } else if let Some(item) = self.direct_item(plan, input, output, seq)? {
                 launches.push(item);
                 continue;
             }
@@ -1339,7 +1447,11 @@ impl Inner {
                     }
                     steps.push(g);
                 }
-                let k = local_prefix(&steps[first..], esize);
+                let k = if group {
+                    0
+                } else {
+                    local_prefix(&steps[first..], esize)
+                };
                 chans.push(GcChan {
                     channel: ch as u32,
                     first: (first + k) as u32,
@@ -1403,7 +1515,16 @@ impl Inner {
             abort_seen: None,
             timed_out: false,
         };
-        if !steps.is_empty() {
+        let steps_items = launches
+            .iter()
+            .filter(|i| matches!(i, Item::Steps { .. }))
+            .count();
+        let group_launch = if group && steps_items > 1 {
+            Some(self.upload_group(&steps, &chans, &mut launches, &mut res)?)
+        } else {
+            None
+        };
+        if group_launch.is_none() && !steps.is_empty() {
             let sbytes = std::mem::size_of_val(steps.as_slice());
             let cbytes = std::mem::size_of_val(chans.as_slice());
             let total = sbytes + cbytes;
@@ -1486,6 +1607,15 @@ impl Inner {
             }
         }
         pending.res = Some(res);
+        if let Some((mut g, grid)) = group_launch {
+            let mut params = [&mut g as *mut GcGroupArgs as *mut c_void];
+            // SAFETY: one GcGroupArgs by value as gc_group expects; the
+            // tables it points to belong to this submission's work buffer
+            // (held by `pending` until completion), the buffers of every
+            // item stay valid until the event below completed.
+            unsafe { driver::launch(self.group_func, grid, THREADS, self.stream, &mut params)? };
+            launches.clear();
+        }
         for item in launches {
             match item {
                 Item::Steps {
