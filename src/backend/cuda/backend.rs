@@ -428,7 +428,7 @@ impl Drop for Inner {
             // Stop the proxy and cancel its posted receives (it leaks the
             // NET block if MPI might still write into it).
             if let Some(n) = self.net.as_mut() {
-                n.stop();
+                let _ = n.stop();
             }
             self.pool
                 .get_mut()

@@ -488,12 +488,39 @@ impl Drop for ActiveGuard {
     }
 }
 
+/// The memory of a NET block.
+#[derive(Debug)]
+pub(crate) enum NetBlock {
+    /// Pinned and device-mapped (the backend).
+    Pinned(PinnedMem),
+    /// Plain host memory (tests on machines without a GPU).
+    #[cfg(test)]
+    Host(Vec<u64>),
+}
+
+impl NetBlock {
+    fn host(&mut self) -> *mut u8 {
+        match self {
+            NetBlock::Pinned(m) => m.host,
+            #[cfg(test)]
+            NetBlock::Host(v) => v.as_mut_ptr() as *mut u8,
+        }
+    }
+    fn bytes(&self) -> usize {
+        match self {
+            NetBlock::Pinned(m) => m.bytes,
+            #[cfg(test)]
+            NetBlock::Host(v) => v.len() * 8,
+        }
+    }
+}
+
 /// The NET transport of one backend: the block and the proxy thread.
 pub(crate) struct NetProxy {
     shared: Arc<NetShared>,
     thread: Option<JoinHandle<bool>>,
     /// The NET block; `None` once freed or leaked.
-    block: Option<PinnedMem>,
+    block: Option<NetBlock>,
     rank: usize,
 }
 
@@ -507,14 +534,14 @@ impl std::fmt::Debug for NetProxy {
 }
 
 /// A zeroed NET block for `layout` and its device address.
-pub(crate) fn alloc_block(layout: &NetLayout) -> Result<(PinnedMem, u64)> {
+pub(crate) fn alloc_block(layout: &NetLayout) -> Result<(NetBlock, u64)> {
     let bytes =
         usize::try_from(layout.total().max(8)).map_err(|_| Error::CountTooLarge(layout.total()))?;
     let mem = PinnedMem::alloc(bytes)?;
     // SAFETY: the allocation holds `bytes` bytes; nothing else uses it yet.
     unsafe { std::ptr::write_bytes(mem.host, 0, bytes) };
     let dev = super::driver::host_device_pointer(mem.host)?;
-    Ok((mem, dev))
+    Ok((NetBlock::Pinned(mem), dev))
 }
 
 impl NetProxy {
@@ -523,17 +550,19 @@ impl NetProxy {
     pub(crate) fn start(
         comm: MpiComm,
         layout: NetLayout,
-        block: PinnedMem,
+        mut block: NetBlock,
         segs: Vec<Arc<Segment>>,
         local_rank: usize,
         rank: usize,
     ) -> Result<NetProxy> {
-        if (block.bytes as u64) < layout.total() || block.host.align_offset(8) != 0 {
+        let host = block.host();
+        if (block.bytes() as u64) < layout.total() || host.align_offset(8) != 0 {
             return Err(Error::Backend("NET block smaller than its layout".into()));
         }
         // SAFETY: the block is 8-aligned, holds `total` bytes, was zeroed by
-        // `alloc_block`, and outlives the thread (joined before it is freed).
-        let mem = unsafe { NetMem::new(block.host, block.bytes as u64) };
+        // `alloc_block`, and outlives the thread (joined before it is freed;
+        // moving a `NetBlock` does not move its memory).
+        let mem = unsafe { NetMem::new(host, block.bytes() as u64) };
         // SAFETY: as above.
         let proxy = unsafe { Proxy::new(comm, layout, mem) };
         let shared = Arc::new(NetShared::default());
@@ -572,9 +601,10 @@ impl NetProxy {
     }
 
     /// Stop the thread and cancel its requests; free the block only if MPI
-    /// no longer uses it (leak it otherwise). Call after every rank's
-    /// kernels are done (or the communicator failed). Idempotent.
-    pub(crate) fn stop(&mut self) {
+    /// no longer uses it (leak it otherwise), and say whether it was freed.
+    /// Call after every rank's kernels are done (or the communicator
+    /// failed). Idempotent.
+    pub(crate) fn stop(&mut self) -> bool {
         self.shared.stop.store(true, Ordering::Release);
         let clean = match self.thread.take() {
             Some(t) => t.join().unwrap_or(false),
@@ -584,19 +614,20 @@ impl NetProxy {
             if let Some(b) = self.block.take() {
                 tracing::warn!(
                     rank = self.rank,
-                    bytes = b.bytes,
+                    bytes = b.bytes(),
                     "NET proxy: MPI requests could not be cancelled; leaking the NET block"
                 );
                 std::mem::forget(b);
             }
         }
         self.block = None;
+        clean
     }
 }
 
 impl Drop for NetProxy {
     fn drop(&mut self) {
-        self.stop();
+        let _ = self.stop();
     }
 }
 
@@ -793,41 +824,29 @@ mod tests {
         }
     }
 
-    /// A rank: its NET block and the host code playing its kernel.
-    struct Rank {
-        _block: Vec<u64>,
+    /// Host code playing a rank's kernel on its NET connectors, with the
+    /// kernel's protocol (meta, data, Release tail; Acquire head).
+    struct KernelSim {
         mem: NetMem,
         layout: NetLayout,
-        proxy: Proxy<LoopWire>,
-        /// Kernel-side step counters by pair: sent, received.
+        /// Step counters by pair: pieces sent, pieces received.
         sent: Vec<u64>,
         rcvd: Vec<u64>,
     }
 
-    impl Rank {
-        fn new(rank: usize, layout: NetLayout, fabric: &Rc<RefCell<Fabric>>) -> Rank {
-            let mut block = vec![0u64; (layout.total() / 8) as usize];
-            // SAFETY: the vector is 8-aligned, zeroed, and lives in `Rank`.
-            let mem = unsafe { NetMem::new(block.as_mut_ptr() as *mut u8, layout.total()) };
-            let wire = LoopWire {
-                rank,
-                fabric: fabric.clone(),
-            };
-            // SAFETY: as above.
-            let proxy = unsafe { Proxy::new(wire, layout.clone(), mem) };
+    impl KernelSim {
+        fn new(mem: NetMem, layout: NetLayout) -> KernelSim {
             let pairs = layout.pairs();
-            Rank {
-                _block: block,
+            KernelSim {
                 mem,
                 layout,
-                proxy,
                 sent: vec![0; pairs],
                 rcvd: vec![0; pairs],
             }
         }
 
         /// The kernel's send: false while the FIFO is full.
-        fn kernel_send(&mut self, c: u64, i: usize, meta: u64, payload: &[u8]) -> bool {
+        fn send(&mut self, c: u64, i: usize, meta: u64, payload: &[u8]) -> bool {
             let l = &self.layout;
             let k = c as usize * l.peers.len() + i;
             let head = self.mem.word(l.send_head(c, i)).load(Ordering::Acquire);
@@ -841,7 +860,8 @@ mod tests {
                 .word(conn + CONN_META_OFF + slot * 8)
                 .store(meta, Ordering::Relaxed);
             let dst = self.mem.ptr(conn + CONN_HEADER + slot * l.slot_bytes);
-            // SAFETY: payload fits a slot (tests keep it ≤ slot_bytes).
+            assert!(payload.len() as u64 <= l.slot_bytes);
+            // SAFETY: the payload fits the slot (checked above).
             unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), dst, payload.len()) };
             self.sent[k] = step + 1;
             self.mem
@@ -851,7 +871,7 @@ mod tests {
         }
 
         /// The kernel's receive: the next piece's meta and bytes, if any.
-        fn kernel_recv(&mut self, c: u64, i: usize, len: usize) -> Option<(u64, Vec<u8>)> {
+        fn recv(&mut self, c: u64, i: usize, len: usize) -> Option<(u64, Vec<u8>)> {
             let l = &self.layout;
             let k = c as usize * l.peers.len() + i;
             let conn = l.recv_conn(c, i);
@@ -866,15 +886,55 @@ mod tests {
                 .mem
                 .word(conn + CONN_META_OFF + slot * 8)
                 .load(Ordering::Relaxed);
+            assert!(len as u64 <= l.slot_bytes);
             let mut out = vec![0u8; len];
             let src = self.mem.ptr(conn + CONN_HEADER + slot * l.slot_bytes);
-            // SAFETY: len ≤ slot_bytes.
+            // SAFETY: len ≤ slot_bytes (checked above).
             unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), len) };
             self.rcvd[k] = step + 1;
             self.mem
                 .word(l.recv_head(c, i))
                 .store(step + 1, Ordering::Release);
             Some((meta, out))
+        }
+    }
+
+    /// A rank: its NET block, its proxy over the in-memory fabric, and the
+    /// host code playing its kernel.
+    struct Rank {
+        _block: Vec<u64>,
+        mem: NetMem,
+        layout: NetLayout,
+        proxy: Proxy<LoopWire>,
+        sim: KernelSim,
+    }
+
+    impl Rank {
+        fn new(rank: usize, layout: NetLayout, fabric: &Rc<RefCell<Fabric>>) -> Rank {
+            let mut block = vec![0u64; (layout.total() / 8) as usize];
+            // SAFETY: the vector is 8-aligned, zeroed, and lives in `Rank`.
+            let mem = unsafe { NetMem::new(block.as_mut_ptr() as *mut u8, layout.total()) };
+            let wire = LoopWire {
+                rank,
+                fabric: fabric.clone(),
+            };
+            // SAFETY: as above.
+            let proxy = unsafe { Proxy::new(wire, layout.clone(), mem) };
+            Rank {
+                _block: block,
+                mem,
+                sim: KernelSim::new(mem, layout.clone()),
+                layout,
+                proxy,
+            }
+        }
+
+        fn kernel_send(&mut self, c: u64, i: usize, meta: u64, payload: &[u8]) -> bool {
+            self.sim.send(c, i, meta, payload)
+        }
+
+        fn kernel_recv(&mut self, c: u64, i: usize, len: usize) -> Option<(u64, Vec<u8>)> {
+            self.sim.recv(c, i, len)
         }
     }
 
@@ -1020,5 +1080,119 @@ mod tests {
         assert!(b.kernel_send(2, 0, 8, &[1; 8]));
         b.proxy.progress().unwrap();
         assert!(b.proxy.shutdown(Duration::ZERO));
+    }
+
+    /// The proxy thread over real MPI between two processes, with host code
+    /// playing both kernels: pieces of every size class (eager and
+    /// rendezvous) on several channels both ways, then an abort word that
+    /// halts the proxy, then a clean stop. Needs MPI, so `cargo test` skips
+    /// it; run it as
+    /// `mpirun -n 2 <lib test binary> --ignored --exact --test-threads 1
+    /// backend::cuda::net::tests::mpi_proxy_streams`.
+    #[test]
+    #[ignore]
+    fn mpi_proxy_streams() {
+        let universe = crate::initialize().expect("MPI");
+        let world = MpiComm::world();
+        assert_eq!(world.size(), 2, "run with mpirun -n 2");
+        let (rank, peer) = (world.rank(), 1 - world.rank());
+        let layout = NetLayout {
+            peers: vec![peer],
+            channels: 3,
+            slots: 8,
+            slot_bytes: 64 << 10,
+        };
+        let mut block = vec![0u64; (layout.total() / 8) as usize];
+        // SAFETY: the vector is 8-aligned and zeroed; its heap memory moves
+        // into the proxy's `NetBlock` and lives until `stop` returned.
+        let mem = unsafe { NetMem::new(block.as_mut_ptr() as *mut u8, layout.total()) };
+        let name = format!("/gpucoll-nettest-{}-{rank}", std::process::id());
+        let seg = Arc::new(Segment::create(&name, super::super::shm::CONTROL_BYTES).unwrap());
+        let mut proxy = NetProxy::start(
+            world.dup().unwrap(),
+            layout.clone(),
+            NetBlock::Host(block),
+            vec![seg.clone()],
+            0,
+            rank,
+        )
+        .unwrap();
+        let mut sim = KernelSim::new(mem, layout.clone());
+        const PIECES: u64 = 400;
+        let len = |n: u64, c: u64| -> usize {
+            match n % 6 {
+                0 => 64 << 10,
+                1 => 1,
+                2 => 4000,
+                3 => 17_000 + c as usize,
+                4 => 0,
+                _ => 8,
+            }
+        };
+        let id = |n: u64, r: usize| n + 1000 * r as u64;
+        let (mut ns, mut nr) = ([0u64; 3], [0u64; 3]);
+        let guard = proxy.begin();
+        let start = Instant::now();
+        while nr.iter().chain(ns.iter()).any(|&m| m < PIECES) {
+            // A GPU kernel takes no host CPU: leave it to the proxies.
+            std::thread::yield_now();
+            if start.elapsed() > Duration::from_secs(20) {
+                let w = |o: u64| mem.word(o).load(Ordering::Acquire);
+                let st: Vec<_> = (0..3u64)
+                    .map(|c| {
+                        (
+                            w(layout.send_conn(c, 0) + CONN_TAIL_OFF),
+                            w(layout.send_head(c, 0)),
+                            w(layout.recv_conn(c, 0) + CONN_TAIL_OFF),
+                            w(layout.recv_head(c, 0)),
+                        )
+                    })
+                    .collect();
+                panic!("rank {rank} stalled: sent {ns:?}, received {nr:?}; (stail, shead, rtail, rhead) {st:?}");
+            }
+            for c in 0..3u64 {
+                let n = ns[c as usize];
+                if n < PIECES {
+                    let l = len(n, c);
+                    let meta = (id(n, rank) << 32) | l as u64;
+                    if sim.send(c, 0, meta, &payload(id(n, rank), c, l)) {
+                        ns[c as usize] += 1;
+                    }
+                }
+                let m = nr[c as usize];
+                if m < PIECES {
+                    let l = len(m, c);
+                    if let Some((meta, bytes)) = sim.recv(c, 0, l) {
+                        assert_eq!(meta, (id(m, peer) << 32) | l as u64, "channel {c}");
+                        assert!(bytes == payload(id(m, peer), c, l), "piece {m} channel {c}");
+                        nr[c as usize] += 1;
+                    }
+                }
+            }
+        }
+        // Our last sends complete (the heads catch up with the tails).
+        let done = |c: u64| mem.word(layout.send_head(c, 0)).load(Ordering::Acquire);
+        while (0..3).any(|c| done(c) < PIECES) {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "rank {rank}: sends never completed: {:?}",
+                (0..3).map(done).collect::<Vec<_>>()
+            );
+            std::thread::yield_now();
+        }
+        drop(guard);
+        assert!(proxy.error().is_none());
+        world.barrier().unwrap();
+        // A raised abort word halts the proxy: a newly staged piece stays.
+        if rank == 0 {
+            seg.raise_abort(0);
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(sim.send(1, 0, 8, &[9; 8]));
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(done(1), PIECES, "a halted proxy sent a piece");
+        }
+        world.barrier().unwrap();
+        assert!(proxy.stop(), "rank {rank}: requests did not retire cleanly");
+        drop(universe);
     }
 }
