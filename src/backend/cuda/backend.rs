@@ -1,4 +1,12 @@
 //! [`CudaBackend`]: connectors, launches and completion.
+//!
+//! Every (channel, sender, receiver) pair has a FIFO connector. Ranks of the
+//! same (real or simulated) node use P2P (the receiver's FIFOs in a
+//! `cuMemAlloc` block shared with CUDA IPC) or SHM (`/dev/shm` segments
+//! registered with CUDA); ranks on other nodes use NET (`super::net`: both
+//! connectors in the rank's own pinned host memory, moved over MPI by a
+//! proxy thread). The kernels see the same `GcConn` for all three. The GPU
+//! is picked by the rank's index among the processes of its host.
 
 use super::abi::*;
 use super::driver::{self, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream};
