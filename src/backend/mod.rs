@@ -125,10 +125,11 @@ pub trait Backend: Send + Sync {
 /// The backend for a new communicator. Collective over `mpi`.
 ///
 /// `GPUCOLL_BACKEND` decides when set. Otherwise the CUDA backend (in builds
-/// with the `cuda` feature) is used when every rank of a single-node
-/// communicator has a usable GPU, and the host backend everywhere else. The
-/// ranks agree on the choice first: a communicator whose ranks picked
-/// different backends would deadlock.
+/// with the `cuda` feature) is used when every rank has a usable GPU and,
+/// for a communicator that spans several nodes, MPI provides
+/// `MPI_THREAD_MULTIPLE` (its NET proxy thread needs it); the host backend
+/// everywhere else. The ranks agree on the choice first: a communicator
+/// whose ranks picked different backends would deadlock.
 pub(crate) fn create(
     runtime: &crate::env::Runtime,
     mpi: Arc<crate::mpi::MpiComm>,
@@ -140,7 +141,10 @@ pub(crate) fn create(
         let use_cuda = match config.backend.as_deref() {
             Some("cuda") => true,
             Some(_) => false,
-            None => topo.nnodes() == 1 && all_ranks(&mpi, cuda::available())?,
+            None => all_ranks(
+                &mpi,
+                (topo.nnodes() == 1 || runtime.thread_multiple()) && cuda::available(),
+            )?,
         };
         if use_cuda {
             return Ok(Box::new(cuda::CudaBackend::new(mpi, topo, config)?));

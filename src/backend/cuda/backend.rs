@@ -1,8 +1,17 @@
 //! [`CudaBackend`]: connectors, launches and completion.
+//!
+//! Every (channel, sender, receiver) pair has a FIFO connector. Ranks of the
+//! same (real or simulated) node use P2P (the receiver's FIFOs in a
+//! `cuMemAlloc` block shared with CUDA IPC) or SHM (`/dev/shm` segments
+//! registered with CUDA); ranks on other nodes use NET (`super::net`: both
+//! connectors in the rank's own pinned host memory, moved over MPI by a
+//! proxy thread). The kernels see the same `GcConn` for all three. The GPU
+//! is picked by the rank's index among the processes of its host.
 
 use super::abi::*;
 use super::driver::{self, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream};
 use super::memory::{bind, DevMem, DeviceCtx, PinnedMem};
+use super::net::{self, NetLayout, NetProxy};
 use super::shm::{self, Segment};
 use crate::backend::{Backend, BackendCaps, Launch, LinkCost, PendingWork};
 use crate::buffer::{MemoryKind, RawBuffer};
@@ -52,6 +61,13 @@ const _: () = assert!(
 );
 const MAX_CHANNELS_SHM: usize = 4;
 const SLOT_BYTES_SHM: usize = 64 << 10;
+/// Multi-node communicators (NET connectors between nodes; P2P or SHM
+/// inside them): a few channels of moderate slots, as for SHM, since every
+/// inter-node piece is an MPI message handled by the proxy thread.
+/// `GPUCOLL_CUDA_CHANNELS` / `GPUCOLL_CUDA_SLOT_KB` override (smallest of
+/// all ranks).
+const NET_CHANNELS: usize = 4;
+const SLOT_BYTES_NET: usize = 128 << 10;
 /// Threads per block (must match `GC_THREADS` in the kernel).
 const THREADS: u32 = 512;
 /// How long a kernel may take to leave after its abort word was raised
@@ -83,6 +99,8 @@ const INTRA_SHM: LinkCost = LinkCost {
     latency_us: 6.0,
     bandwidth_gbs: 5.0,
 };
+/// Per channel and inter-node hop (NET: proxy thread + MPI message pair).
+/// An estimate, not calibrated yet.
 const INTER: LinkCost = LinkCost {
     latency_us: 10.0,
     bandwidth_gbs: 3.0,
@@ -238,8 +256,12 @@ struct Inner {
     /// end of its P2P block); empty without the direct path.
     bases: Vec<u64>,
     timeout: Duration,
+    /// Connectors to ranks on other nodes and their proxy thread (multi-node
+    /// communicators only). Stopped in `Drop` after the teardown barrier
+    /// (declared before `segs`: the thread holds clones of them).
+    net: Option<NetProxy>,
     /// Control segments of every local rank (ours at `local_rank`).
-    segs: Vec<Segment>,
+    segs: Vec<Arc<Segment>>,
     /// Our P2P block (heads + receive FIFOs).
     _fifo: Option<DevMem>,
     /// For the teardown barrier: peers write into our P2P block (head
@@ -272,7 +294,15 @@ impl Inner {
         &self.segs[self.local_rank]
     }
 
+    /// The NET proxy's failure, if it failed.
+    fn net_error(&self) -> Option<Error> {
+        self.net.as_ref().and_then(|n| n.error())
+    }
+
     fn state_error(&self) -> Option<Error> {
+        if let Some(e) = self.net_error() {
+            self.mark_failed(e.to_string());
+        }
         if !self.failed_flag.load(Ordering::Acquire) && !self.aborted.load(Ordering::Acquire) {
             return None;
         }
@@ -412,20 +442,27 @@ impl Drop for Inner {
             // after every rank has synchronized its stream (a barrier, which
             // makes dropping the communicator collective, like
             // MPI_Comm_free); a failed communicator or a peer that never
-            // comes leaks it instead.
-            if self._fifo.is_some() {
+            // comes leaks it instead. The NET proxy must keep running until
+            // then too: our kernels may have finished with pieces still in
+            // our staging FIFOs that a peer's kernel waits for.
+            if self._fifo.is_some() || self.net.is_some() {
                 let healthy = self.state_error().is_none()
                     && self
                         .mpi
                         .allgather_bytes_timeout(&[1], TEARDOWN_TIMEOUT)
                         .is_ok();
-                if !healthy {
+                if !healthy && self._fifo.is_some() {
                     tracing::warn!(
                         rank = self.rank,
                         "CUDA backend teardown: peers not confirmed idle; leaking the P2P block"
                     );
                     std::mem::forget(self._fifo.take());
                 }
+            }
+            // Stop the proxy and cancel its posted receives (it leaks the
+            // NET block if MPI might still write into it).
+            if let Some(n) = self.net.as_mut() {
+                let _ = n.stop();
             }
             self.pool
                 .get_mut()
@@ -454,8 +491,9 @@ impl Drop for Inner {
     }
 }
 
-/// The CUDA backend of one communicator: one GPU per process
-/// (`local_rank % device_count`; several ranks may share a GPU).
+/// The CUDA backend of one communicator: one GPU per process (the rank's
+/// index among the processes of its host, modulo the GPU count; several
+/// ranks may share a GPU).
 pub struct CudaBackend {
     inner: Arc<Inner>,
     caps: BackendCaps,
@@ -577,6 +615,53 @@ fn load_local(ordinal: i32) -> Result<Local> {
     })
 }
 
+/// The connector tables `(send, recv)`, indexed `[channel * nranks + peer]`,
+/// as rank `rank` sees them. `bases[r]`: rank `r`'s P2P/SHM area in our
+/// address space (for ranks of our node); `net_dev`: our NET block. Every
+/// offset comes from the agreed layouts, so a sender's connector and its
+/// receiver's are the same memory.
+fn conn_tables(
+    rank: usize,
+    layout: &Layout,
+    bases: &[u64],
+    net: &NetLayout,
+    net_dev: u64,
+) -> (Vec<GcConn>, Vec<GcConn>) {
+    let n = layout.nranks as usize;
+    let me = rank as u64;
+    let mut send = vec![GcConn::default(); layout.channels as usize * n];
+    let mut recv = vec![GcConn::default(); layout.channels as usize * n];
+    let conn = |base: u64, head: u64| GcConn {
+        data: base + CONN_HEADER,
+        meta: base + CONN_META_OFF,
+        tail: base + CONN_TAIL_OFF,
+        head,
+        ..GcConn::default()
+    };
+    for c in 0..layout.channels {
+        for p in (0..n).filter(|&p| p != rank) {
+            let k = c as usize * n + p;
+            let pu = p as u64;
+            if let Some(i) = net.index_of(p) {
+                // NET: both connectors in our NET block; the proxy moves the
+                // pieces between our staging FIFO and the peer's receive FIFO.
+                recv[k] = conn(net_dev + net.recv_conn(c, i), net_dev + net.recv_head(c, i));
+                send[k] = conn(net_dev + net.send_conn(c, i), net_dev + net.send_head(c, i));
+            } else {
+                recv[k] = conn(
+                    bases[rank] + layout.conn_off(c, pu),
+                    bases[p] + layout.head_off(c, me),
+                );
+                send[k] = conn(
+                    bases[p] + layout.conn_off(c, me),
+                    bases[rank] + layout.head_off(c, pu),
+                );
+            }
+        }
+    }
+    (send, recv)
+}
+
 impl CudaBackend {
     /// Set up connectors with every rank of the communicator. Collective
     /// over `mpi`: every rank must call it.
@@ -590,19 +675,36 @@ impl CudaBackend {
                 mpi.size()
             )));
         }
-        if topo.nnodes() > 1 {
-            return Err(Error::Backend(
-                "the CUDA backend does not yet support multi-node communicators; \
-                 use GPUCOLL_BACKEND=host"
-                    .into(),
-            ));
-        }
+        // Ranks on other (real or simulated) nodes are reached through NET
+        // connectors: every rank agrees on this from the topology.
+        let multi = topo.nnodes() > 1;
         let local_rank = topo.local_rank();
         let local_size = topo.local_size();
         let p2p_off = p2p_disabled();
+        // GPUs are picked by the rank's index among the processes of its
+        // host, not of its node: simulated nodes split a host's ranks, not
+        // its GPUs. Collective (every rank calls it).
+        let host_rank = mpi.split_shared().map(|s| s.rank());
+        // The NET proxy thread calls MPI while the caller's thread may too.
+        let threads = if multi {
+            match crate::mpi::query_thread() {
+                Ok(crate::env::Threading::Multiple) => Ok(()),
+                Ok(t) => Err(Error::Backend(format!(
+                    "the CUDA backend needs MPI_THREAD_MULTIPLE for a communicator that spans \
+                     {} nodes (its NET proxy thread calls MPI), but MPI provides {t:?}; \
+                     initialize MPI with gpucoll::initialize() or MPI_THREAD_MULTIPLE, or use \
+                     GPUCOLL_BACKEND=host",
+                    topo.nnodes()
+                ))),
+                Err(e) => Err(e),
+            }
+        } else {
+            Ok(())
+        };
 
         // Stage 1: driver, device, module, stream.
-        let local = p2p_off.clone().and_then(|_| {
+        let local = p2p_off.clone().and(threads).and_then(|_| {
+            let host_rank = host_rank?;
             if !driver::available() {
                 return Err(Error::Backend(
                     "the CUDA backend needs the CUDA driver (libcuda.so), which is not \
@@ -614,7 +716,7 @@ impl CudaBackend {
             if n == 0 {
                 return Err(Error::Backend("the CUDA driver shows no GPU".into()));
             }
-            load_local((local_rank % n) as i32)
+            load_local((host_rank % n) as i32)
         });
         let local = agree(&mpi, local, "initialize CUDA")?;
         let Local {
@@ -635,8 +737,13 @@ impl CudaBackend {
 
         // Stage 2: identities, device ordinals, P2P feasibility.
         let tag = random_tag();
+        let def_channels = if multi {
+            NET_CHANNELS
+        } else {
+            p2p_channels(nranks)
+        };
         let want_channels = env_usize("GPUCOLL_CUDA_CHANNELS")
-            .unwrap_or(p2p_channels(nranks))
+            .unwrap_or(def_channels)
             .min(MAX_CHANNELS);
         // 0: no preference (the default for the agreed channel count).
         let want_slot = env_usize("GPUCOLL_CUDA_SLOT_KB")
@@ -666,21 +773,27 @@ impl CudaBackend {
             .collect();
         let any_off = (0..nranks).any(|r| u64_at(&all, r * 6 + 3) != 0);
         // Every rank must use the same layout: the smallest request wins.
-        let p2p_channels = (0..nranks)
+        let req_channels = (0..nranks)
             .map(|r| u64_at(&all, r * 6 + 4) as usize)
             .min()
-            .unwrap_or(p2p_channels(nranks))
+            .unwrap_or(def_channels)
             .max(1);
-        let p2p_slot = (0..nranks)
+        let req_slot = (0..nranks)
             .map(|r| u64_at(&all, r * 6 + 5) as usize)
             .filter(|&s| s > 0)
             .min()
-            .unwrap_or(p2p_slot_bytes(p2p_channels))
+            .unwrap_or(if multi {
+                SLOT_BYTES_NET
+            } else {
+                p2p_slot_bytes(req_channels)
+            })
             / 64
             * 64;
+        // P2P (CUDA IPC) only within a node: every rank must reach the GPUs
+        // of the ranks on its node.
         let can_p2p = (|| -> Result<bool> {
-            for &o in &ords {
-                if o != ctx.ordinal {
+            for (r, &o) in ords.iter().enumerate() {
+                if topo.same_node(r, rank) && o != ctx.ordinal {
                     let peer = driver::device_get(o)?;
                     if !driver::can_access_peer(ctx.dev, peer)? {
                         return Ok(false);
@@ -696,16 +809,27 @@ impl CudaBackend {
         } else {
             Transport::P2p
         };
-        let (channels, slot_bytes) = match transport {
-            Transport::P2p => (p2p_channels, p2p_slot),
-            Transport::Shm => (MAX_CHANNELS_SHM, SLOT_BYTES_SHM),
+        let (channels, slot_bytes) = match (multi, transport) {
+            (true, _) | (false, Transport::P2p) => (req_channels, req_slot),
+            (false, Transport::Shm) => (MAX_CHANNELS_SHM, SLOT_BYTES_SHM),
         };
         let layout = Layout {
             nranks: nranks as u64,
             channels: channels as u64,
             slots: FIFO_SLOTS as u64,
             slot_bytes: slot_bytes as u64,
-            direct: transport == Transport::P2p && nranks > 1 && nranks <= DIRECT_MAX_RANKS,
+            // The one-shot path needs every peer mapped: single node only.
+            direct: !multi
+                && transport == Transport::P2p
+                && nranks > 1
+                && nranks <= DIRECT_MAX_RANKS,
+        };
+        // Ranks on other nodes, reached through NET connectors.
+        let net_layout = NetLayout {
+            peers: (0..nranks).filter(|&r| !topo.same_node(r, rank)).collect(),
+            channels: layout.channels,
+            slots: layout.slots,
+            slot_bytes: layout.slot_bytes,
         };
 
         // Stage 3: control segments (plus the FIFOs for SHM).
@@ -746,16 +870,23 @@ impl CudaBackend {
             drop(segs);
             return Err(cleanup(e));
         }
+        let segs: Vec<Arc<Segment>> = segs.into_iter().map(Arc::new).collect();
 
-        // Stage 4: FIFO memory of every rank, as device addresses.
+        // Stage 4: FIFO memory of every rank of our node, as device
+        // addresses by rank (0 for ranks on other nodes).
         let mut fifo: Option<DevMem> = None;
         let mut peer_blocks = vec![0u64; nranks];
         let bases: Result<Vec<u64>> = match transport {
-            Transport::Shm => node
-                .iter()
-                .enumerate()
-                .map(|(l, _)| segs[l].dev_at(shm::CONTROL_BYTES))
-                .collect(),
+            Transport::Shm => {
+                let mut b = vec![0u64; nranks];
+                node.iter()
+                    .enumerate()
+                    .try_for_each(|(l, &r)| {
+                        b[r] = segs[l].dev_at(shm::CONTROL_BYTES)?;
+                        Ok(())
+                    })
+                    .map(|()| b)
+            }
             Transport::P2p => {
                 let block = DevMem::zeroed(layout.total() as usize)
                     .and_then(|m| driver::ipc_get_handle(m.ptr).map(|h| (m, h)));
@@ -770,7 +901,7 @@ impl CudaBackend {
                     fifo = Some(m);
                     let opened: Result<()> = (|| {
                         for r in 0..nranks {
-                            if r == rank {
+                            if r == rank || !topo.same_node(r, rank) {
                                 peer_blocks[r] = 0;
                                 continue;
                             }
@@ -807,35 +938,29 @@ impl CudaBackend {
             }
         };
 
-        // Stage 5: connector tables.
-        let me = rank as u64;
-        let n = nranks;
-        let mut send = vec![GcConn::default(); channels * n];
-        let mut recv = vec![GcConn::default(); channels * n];
-        for c in 0..channels as u64 {
-            for p in 0..n {
-                if p == rank {
-                    continue;
+        // Stage 4b (multi-node): our NET block (staging and receive FIFOs
+        // of every inter-node pair, in pinned host memory mapped into the
+        // GPU) and the private MPI duplicate its proxy talks over.
+        let net_parts = if multi {
+            let parts = mpi
+                .dup()
+                .and_then(|comm| net::alloc_block(&net_layout).map(|(m, d)| (m, d, comm)));
+            match agree(&mpi, parts, "set up their NET connectors") {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    close_ipc(&peer_blocks);
+                    drop(fifo);
+                    drop(segs);
+                    return Err(cleanup(e));
                 }
-                let pu = p as u64;
-                let rbase = bases[rank] + layout.conn_off(c, pu);
-                recv[c as usize * n + p] = GcConn {
-                    data: rbase + CONN_HEADER,
-                    meta: rbase + CONN_META_OFF,
-                    tail: rbase + CONN_TAIL_OFF,
-                    head: bases[p] + layout.head_off(c, me),
-                    ..GcConn::default()
-                };
-                let sbase = bases[p] + layout.conn_off(c, me);
-                send[c as usize * n + p] = GcConn {
-                    data: sbase + CONN_HEADER,
-                    meta: sbase + CONN_META_OFF,
-                    tail: sbase + CONN_TAIL_OFF,
-                    head: bases[rank] + layout.head_off(c, pu),
-                    ..GcConn::default()
-                };
             }
-        }
+        } else {
+            None
+        };
+        let net_dev = net_parts.as_ref().map(|p| p.1).unwrap_or(0);
+
+        // Stage 5: connector tables.
+        let (send, recv) = conn_tables(rank, &layout, &bases, &net_layout, net_dev);
         let tables = (|| -> Result<(DevMem, DevMem)> {
             let bytes = std::mem::size_of_val(send.as_slice());
             let s = DevMem::alloc(bytes)?;
@@ -857,6 +982,31 @@ impl CudaBackend {
             }
         };
 
+        // Start the proxy last: from here on nothing fails but its start.
+        let net = match net_parts {
+            None => None,
+            Some((block, _, comm)) => {
+                let started = NetProxy::start(
+                    comm,
+                    net_layout.clone(),
+                    block,
+                    segs.clone(),
+                    local_rank,
+                    rank,
+                );
+                // A proxy that started where another rank failed is stopped
+                // (joined, requests cancelled) inside `agree`.
+                match agree(&mpi, started, "start their NET proxy thread") {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        close_ipc(&peer_blocks);
+                        drop(fifo);
+                        drop(segs);
+                        return Err(cleanup(e));
+                    }
+                }
+            }
+        };
         let direct_bases = if layout.direct {
             bases.iter().map(|b| b + layout.direct_off()).collect()
         } else {
@@ -875,6 +1025,7 @@ impl CudaBackend {
             layout,
             bases: direct_bases,
             timeout: config.timeout,
+            net,
             segs,
             _fifo: fifo,
             mpi: mpi.clone(),
@@ -906,15 +1057,35 @@ impl CudaBackend {
             launch_us: LAUNCH_US,
             direct: layout.direct,
         };
+        // Which transport reaches each peer, e.g. "1:p2p 2:net 3:net".
+        let intra_name = match transport {
+            Transport::P2p => "p2p",
+            Transport::Shm => "shm",
+        };
+        let peers = (0..nranks)
+            .filter(|&p| p != rank)
+            .map(|p| {
+                let t = if net_layout.index_of(p).is_some() {
+                    "net"
+                } else {
+                    intra_name
+                };
+                format!("{p}:{t}")
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
         tracing::info!(
             rank,
             gpu = ctx.ordinal,
             pci = driver::device_pci_bus_id(ctx.dev).unwrap_or_default(),
             transport = ?transport,
+            nodes = topo.nnodes(),
             channels,
             slot_bytes,
             local_size,
             fifo_bytes = layout.total(),
+            net_bytes = if multi { net_layout.total() } else { 0 },
+            peers = %peers,
             "cuda backend ready"
         );
         Ok(CudaBackend { inner, caps })
@@ -1514,6 +1685,7 @@ impl Inner {
             last_check: now,
             abort_seen: None,
             timed_out: false,
+            active: self.net.as_ref().map(|n| n.begin()),
         };
         let steps_items = launches
             .iter()
@@ -1681,6 +1853,8 @@ struct CudaPending {
     last_check: Instant,
     abort_seen: Option<Instant>,
     timed_out: bool,
+    /// Tells the NET proxy a launch is in flight (it then polls eagerly).
+    active: Option<net::ActiveGuard>,
 }
 
 // SAFETY: the event handle may be queried from any thread (context bound
@@ -1737,6 +1911,10 @@ impl CudaPending {
 
     fn abort_error(&self) -> Error {
         let inner = &self.inner;
+        // The NET proxy raised the abort word: its error says why.
+        if let Some(e) = inner.net_error() {
+            return e;
+        }
         if self.timed_out {
             return Error::Timeout {
                 seq: self.seq,
@@ -1854,6 +2032,7 @@ impl CudaPending {
             Ok(None) => None,
             Ok(Some(())) => {
                 self.done = Some(Ok(()));
+                self.active = None;
                 Some(Ok(()))
             }
             Err(e) => {
@@ -1861,6 +2040,7 @@ impl CudaPending {
                     self.inner.mark_failed(e.to_string());
                 }
                 self.done = Some(Err(e.clone()));
+                self.active = None;
                 Some(Err(e))
             }
         }
@@ -1963,6 +2143,92 @@ impl Backend for CudaBackend {
                 "the buffer is on GPU {ordinal}, but this rank's communicator runs on GPU {}",
                 self.inner.ctx.ordinal
             ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 4 ranks on 2 nodes ({0, 1}, {2, 3}); each rank's P2P area at a
+    /// fake address common to all ranks (as if mapped at the same place),
+    /// each NET block private to its rank.
+    fn tables(rank: usize) -> (Vec<GcConn>, Vec<GcConn>, Layout, NetLayout, u64) {
+        let layout = Layout {
+            nranks: 4,
+            channels: NET_CHANNELS as u64,
+            slots: FIFO_SLOTS as u64,
+            slot_bytes: SLOT_BYTES_NET as u64,
+            direct: false,
+        };
+        let node = |r: usize| r / 2;
+        let bases: Vec<u64> = (0..4)
+            .map(|r| {
+                if node(r) == node(rank) {
+                    (r as u64 + 1) << 40
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let net = NetLayout {
+            peers: (0..4).filter(|&r| node(r) != node(rank)).collect(),
+            channels: layout.channels,
+            slots: layout.slots,
+            slot_bytes: layout.slot_bytes,
+        };
+        let net_dev = (rank as u64 + 10) << 40;
+        let (s, r) = conn_tables(rank, &layout, &bases, &net, net_dev);
+        (s, r, layout, net, net_dev)
+    }
+
+    #[test]
+    fn intra_node_connectors_meet() {
+        let t: Vec<_> = (0..4).map(tables).collect();
+        let n = 4;
+        for (a, b) in [(0, 1), (1, 0), (2, 3), (3, 2)] {
+            for c in 0..NET_CHANNELS {
+                let s = t[a].0[c * n + b];
+                let r = t[b].1[c * n + a];
+                assert_eq!(
+                    (s.data, s.meta, s.tail, s.head),
+                    (r.data, r.meta, r.tail, r.head)
+                );
+                // In the receiver's area, heads in the sender's.
+                assert_eq!(r.tail >> 40, b as u64 + 1);
+                assert_eq!(s.head >> 40, a as u64 + 1);
+            }
+        }
+    }
+
+    #[test]
+    fn inter_node_connectors_stay_in_the_own_net_block() {
+        for rank in 0..4 {
+            let (send, recv, layout, net, dev) = tables(rank);
+            let n = 4;
+            let mut words = Vec::new();
+            for c in 0..layout.channels as usize {
+                for p in net.peers.iter().copied() {
+                    for conn in [send[c * n + p], recv[c * n + p]] {
+                        for a in [conn.data, conn.meta, conn.tail, conn.head] {
+                            assert!(a >= dev && a < dev + net.total(), "rank {rank} peer {p}");
+                        }
+                        let last = conn.data + layout.slots * layout.slot_bytes;
+                        assert!(last <= dev + net.total());
+                        words.extend([conn.tail, conn.head, conn.data]);
+                    }
+                }
+            }
+            words.sort_unstable();
+            let len = words.len();
+            words.dedup();
+            assert_eq!(words.len(), len, "rank {rank}: NET connectors share words");
+            // No connector to ourselves.
+            for c in 0..layout.channels as usize {
+                assert_eq!(send[c * n + rank].data, 0);
+                assert_eq!(recv[c * n + rank].data, 0);
+            }
         }
     }
 }

@@ -10,19 +10,24 @@
 //! Nothing here panics or touches the driver before checking that
 //! `libcuda.so` is present ([`available`]).
 //!
-//! With P2P and 2..=8 ranks the backend also offers the direct path
-//! (`BackendCaps::direct`): all_reduce up to
+//! With P2P and 2..=8 ranks on one node the backend also offers the direct
+//! path (`BackendCaps::direct`): all_reduce up to
 //! [`crate::tune::model::DIRECT_ONESHOT_MAX_BYTES`] runs as a one-shot
 //! kernel over IPC-mapped inboxes (`gc_direct_ar_*`).
 //!
-//! Limits: one node per communicator (multi-node communicators fail at
-//! creation with a message pointing to `GPUCOLL_BACKEND=host`); Simple
-//! protocol only.
+//! Multi-node communicators (real nodes, or `GPUCOLL_SIM_NODES`): peers on
+//! the rank's own node use P2P or SHM as above; peers on other nodes use
+//! NET connectors (`net`): FIFOs in the rank's own pinned host memory,
+//! bridged over MPI point-to-point by a proxy thread (needs
+//! `MPI_THREAD_MULTIPLE`). No direct path there.
+//!
+//! Limits: Simple protocol only.
 
 mod abi;
 mod backend;
 pub(crate) mod driver;
 mod memory;
+mod net;
 mod shm;
 
 pub use backend::{p2p_disabled, CudaBackend, FIFO_SLOTS};
