@@ -99,6 +99,7 @@ mod imp {
                 .collect();
             let launch = Launch {
                 first_seq: self.seq,
+                stream: None,
                 items,
             };
             self.seq += launch.items.len() as u64;
@@ -438,6 +439,7 @@ mod imp {
             for _ in 0..iters {
                 let launch = Launch {
                     first_seq: env.seq,
+                    stream: None,
                     items: vec![BoundPlan {
                         plan: plan.clone(),
                         input: i,
