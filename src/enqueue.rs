@@ -143,7 +143,6 @@ impl Engine {
     }
 
     /// The GPU the backend runs on, if it is a GPU backend.
-    #[allow(dead_code)]
     pub(crate) fn device(&self) -> Option<i32> {
         self.backend.device()
     }

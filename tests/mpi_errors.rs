@@ -42,6 +42,7 @@ fn cases() -> Vec<Case> {
         ("timeout_negative", "GPUCOLL_TIMEOUT", "-1"),
         ("check_maybe", "GPUCOLL_CHECK", "maybe"),
         ("sim_nodes_text", "GPUCOLL_SIM_NODES", "two"),
+        ("p2p_disable_maybe", "GPUCOLL_P2P_DISABLE", "maybe"),
     ] {
         v.push(
             Case::new(format!("bad_env::{name}"), 2, "bad_env")
@@ -1101,6 +1102,12 @@ fn scenario_raw_host(world: &Communicator, fails: &mut Vec<String>) {
     }
     if let Err(e) = world.async_error() {
         fails.push(format!("async_error() on a healthy communicator: {e:?}"));
+    }
+    if world.device().is_some() {
+        fails.push(format!(
+            "device() is {:?} on the host backend, expected None",
+            world.device()
+        ));
     }
     still_works(world, "after raw errors", fails);
     let _ = nn;

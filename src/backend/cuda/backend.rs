@@ -96,21 +96,11 @@ fn env_usize(name: &str) -> Option<usize> {
 
 static FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gpucoll_kernels.fatbin"));
 
-/// `GPUCOLL_P2P_DISABLE=1`: connectors in host shared memory instead of
-/// peer device memory. A malformed value is an error.
-pub fn p2p_disabled() -> Result<bool> {
-    match std::env::var("GPUCOLL_P2P_DISABLE") {
-        Err(_) => Ok(false),
-        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
-            "" | "0" | "false" | "no" | "off" => Ok(false),
-            "1" | "true" | "yes" | "on" => Ok(true),
-            _ => Err(Error::Config {
-                name: "GPUCOLL_P2P_DISABLE",
-                value: v,
-                reason: "expected 0 or 1".into(),
-            }),
-        },
-    }
+/// `GPUCOLL_P2P_DISABLE=1` (parsed, validated and agreed across ranks in
+/// [`Config`]): connectors in host shared memory instead of peer device
+/// memory.
+pub fn p2p_disabled(config: &Config) -> bool {
+    config.p2p_disable
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -695,10 +685,10 @@ impl CudaBackend {
         }
         let local_rank = topo.local_rank();
         let local_size = topo.local_size();
-        let p2p_off = p2p_disabled();
+        let p2p_off = p2p_disabled(config);
 
         // Stage 1: driver, device, module, stream.
-        let local = p2p_off.clone().and_then(|_| {
+        let local = (|| {
             if !driver::available() {
                 return Err(Error::Backend(
                     "the CUDA backend needs the CUDA driver (libcuda.so), which is not \
@@ -711,7 +701,7 @@ impl CudaBackend {
                 return Err(Error::Backend("the CUDA driver shows no GPU".into()));
             }
             load_local((local_rank % n) as i32)
-        });
+        })();
         let local = agree(&mpi, local, "initialize CUDA")?;
         let Local {
             ctx,
@@ -726,7 +716,6 @@ impl CudaBackend {
             driver::module_unload(module);
             e
         };
-        let p2p_off = p2p_off.unwrap_or(true);
 
         // Stage 2: identities, device ordinals, P2P feasibility.
         let tag = random_tag();
