@@ -490,6 +490,10 @@ impl Watch {
     }
 
     fn run(&self, ordinal: i32, give_up_after: Duration) {
+        // This thread frees memory and queries events while the program may
+        // be capturing a stream in global mode on another thread: in relaxed
+        // mode those calls neither fail nor invalidate that capture.
+        let _relaxed = driver::RelaxedCapture::enter().ok();
         let mut bound = false;
         let mut stopping: Option<Instant> = None;
         loop {
