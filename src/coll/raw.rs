@@ -53,8 +53,9 @@
 //! * Each non-null pointer addresses memory valid for its stated length
 //!   (`count` or `count × size` elements of `dtype`, per collective):
 //!   readable for send buffers, writable for receive buffers. With a
-//!   stream, it is device memory of this communicator's GPU; without one,
-//!   host memory or device memory of this GPU.
+//!   stream, it is device memory of this communicator's GPU usable from
+//!   its primary context (what the CUDA runtime allocates); without one,
+//!   host memory or such device memory.
 //! * The memory stays allocated and is not written (send) or accessed
 //!   (receive) by anything else until the collective completed: when the
 //!   call returns without a stream; on the stream with one (after the
@@ -178,6 +179,19 @@ fn is_block_of(
 }
 
 impl Communicator {
+    /// Make the communicator's GPU context current on this thread (the
+    /// driver classifies pointers in the current context), and pass
+    /// `on_stream` through.
+    fn raw_mode(&self, on_stream: bool) -> bool {
+        #[cfg(feature = "cuda")]
+        if let Some(d) = self.device() {
+            if let Err(e) = crate::backend::cuda::bind(d) {
+                tracing::debug!("binding GPU {d} before classifying pointers failed: {e}");
+            }
+        }
+        on_stream
+    }
+
     /// Check the arguments, then run (no stream) or queue (stream) one call.
     fn raw_call(
         &self,
@@ -215,7 +229,7 @@ impl Communicator {
         op: ReduceOp,
         stream: Option<CudaStreamRaw>,
     ) -> Result<()> {
-        let s = stream.is_some();
+        let s = self.raw_mode(stream.is_some());
         let args = if std::ptr::eq(send, recv) {
             Args::InPlace(buffer(recv, count, dtype, "in-place", s)?)
         } else {
@@ -244,7 +258,7 @@ impl Communicator {
         root: usize,
         stream: Option<CudaStreamRaw>,
     ) -> Result<()> {
-        let s = stream.is_some();
+        let s = self.raw_mode(stream.is_some());
         let is_root = root == self.rank();
         let args = if is_root && std::ptr::eq(send, recv) {
             Args::InPlace(buffer(recv, count, dtype, "in-place", s)?)
@@ -274,7 +288,13 @@ impl Communicator {
         root: usize,
         stream: Option<CudaStreamRaw>,
     ) -> Result<()> {
-        let b = buffer(buf, count, dtype, "broadcast", stream.is_some())?;
+        let b = buffer(
+            buf,
+            count,
+            dtype,
+            "broadcast",
+            self.raw_mode(stream.is_some()),
+        )?;
         self.raw_call(
             CollKind::Broadcast,
             Args::InPlace(b),
@@ -299,7 +319,7 @@ impl Communicator {
         dtype: Datatype,
         stream: Option<CudaStreamRaw>,
     ) -> Result<()> {
-        let s = stream.is_some();
+        let s = self.raw_mode(stream.is_some());
         let total = times(count, self.size())?;
         let recv_c = recv as *const c_void;
         let args = if count > 0
@@ -332,7 +352,7 @@ impl Communicator {
         op: ReduceOp,
         stream: Option<CudaStreamRaw>,
     ) -> Result<()> {
-        let s = stream.is_some();
+        let s = self.raw_mode(stream.is_some());
         let total = times(count, self.size())?;
         let args = if std::ptr::eq(send, recv) {
             Args::InPlace(buffer(recv, total, dtype, "in-place", s)?)
@@ -359,7 +379,7 @@ impl Communicator {
         dtype: Datatype,
         stream: Option<CudaStreamRaw>,
     ) -> Result<()> {
-        let s = stream.is_some();
+        let s = self.raw_mode(stream.is_some());
         let total = times(count, self.size())?;
         let args = if std::ptr::eq(send, recv) {
             Args::InPlace(buffer(recv, total, dtype, "in-place", s)?)
@@ -390,7 +410,7 @@ impl Communicator {
         root: usize,
         stream: Option<CudaStreamRaw>,
     ) -> Result<()> {
-        let s = stream.is_some();
+        let s = self.raw_mode(stream.is_some());
         let is_root = root == self.rank();
         let total = times(count, self.size())?;
         let recv_c = recv as *const c_void;
@@ -429,7 +449,7 @@ impl Communicator {
         root: usize,
         stream: Option<CudaStreamRaw>,
     ) -> Result<()> {
-        let s = stream.is_some();
+        let s = self.raw_mode(stream.is_some());
         let is_root = root == self.rank();
         let total = times(count, self.size())?;
         let args = if is_root && std::ptr::eq(send, recv) {

@@ -1546,8 +1546,12 @@ impl Inner {
             let s = self.take_event()?;
             pending.started = Some(s);
         }
-        if !captured {
-            self.order_before(stream)?;
+        if !captured && self.order_before(stream)? && pending.started.is_none() {
+            // Our own stream now waits for work on a caller's stream, which
+            // may still be queued behind the caller's kernels: start the
+            // timeout clock only when that wait is over.
+            let s = self.take_event()?;
+            pending.started = Some(s);
         }
         if let Some(s) = pending.started {
             driver::event_record(s, stream)?;
@@ -1717,7 +1721,8 @@ impl Inner {
     /// stream, make `s` wait for it on the device (its kernels use the same
     /// connectors). Not used while `s` is being captured: a replay's order
     /// with other collectives of this communicator is the caller's to keep.
-    fn order_before(&self, s: CUstream) -> Result<()> {
+    /// Returns whether `s` now waits for another stream.
+    fn order_before(&self, s: CUstream) -> Result<bool> {
         let key = s as usize as u64;
         let mut o = self.order.lock().unwrap_or_else(|p| p.into_inner());
         match o.last {
@@ -1736,11 +1741,14 @@ impl Inner {
                     driver::event_record(e, self.stream)?;
                 }
                 driver::stream_wait_event(s, e)?;
+                o.last = Some(key);
+                Ok(true)
             }
-            _ => {}
+            _ => {
+                o.last = Some(key);
+                Ok(false)
+            }
         }
-        o.last = Some(key);
-        Ok(())
     }
 
     /// After queuing on a caller's stream `s`: mark the end of our work

@@ -27,6 +27,7 @@ mod shm;
 mod stream;
 
 pub use backend::{p2p_disabled, CudaBackend, FIFO_SLOTS};
+pub(crate) use memory::bind;
 pub use memory::{
     allocation_range, device_count, memory_kind_of, DeviceBuffer, DeviceView, DeviceViewMut,
 };
