@@ -67,8 +67,9 @@
 //!
 //! What can be checked is checked and reported as an `Error` (never a
 //! panic): null pointers with a nonzero count, misaligned addresses, the
-//! memory kind and GPU of each buffer (`memory_kind_of`), buffers that run
-//! past the end of their CUDA allocation, lengths, datatype and op, the
+//! memory kind and GPU of each buffer (`memory_kind_of`), device buffers
+//! that run past the end of their CUDA allocation into memory that is not
+//! device memory of the same GPU, lengths, datatype and op, the
 //! stream's context and capture state. These errors leave the communicator
 //! usable.
 
@@ -85,16 +86,22 @@ use std::ffi::c_void;
 /// legacy default stream.
 pub type CudaStreamRaw = *mut c_void;
 
-/// Where the memory at `addr` (of `bytes`) lives; an error for memory that
-/// the CUDA driver knows but that ends before `addr + bytes`.
+/// Where the memory at `addr` (of `bytes`) lives; an error for device
+/// memory that ends before `addr + bytes`: the buffer runs past its CUDA
+/// allocation and its last byte is not device memory of the same GPU (a
+/// buffer over several contiguous mappings, as virtual-memory allocators
+/// make, passes; one that overruns into a neighbouring allocation cannot be
+/// told apart).
 fn classify(addr: u64, bytes: u64, what: &str) -> Result<MemoryKind> {
     #[cfg(feature = "cuda")]
     {
-        let kind = crate::backend::cuda::memory_kind_of(addr);
+        use crate::backend::cuda::{allocation_range, memory_kind_of};
+        let kind = memory_kind_of(addr);
         if let MemoryKind::Device { .. } = kind {
-            if let Some((start, len)) = crate::backend::cuda::allocation_range(addr) {
+            if let Some((start, len)) = allocation_range(addr) {
                 let end = start.saturating_add(len);
-                if addr.saturating_add(bytes) > end {
+                let last = addr.saturating_add(bytes.saturating_sub(1));
+                if addr.saturating_add(bytes) > end && memory_kind_of(last) != kind {
                     return Err(Error::InvalidUsage(format!(
                         "the {what} buffer ({bytes} bytes at {addr:#x}) runs past the end of \
                          its CUDA allocation ({len} bytes at {start:#x})"
