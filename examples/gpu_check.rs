@@ -29,7 +29,7 @@ fn main() {
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use gpucoll::backend::cuda::{CudaBackend, DeviceBuffer};
+    use gpucoll::backend::cuda::{CudaBackend, CudaStream, DeviceBuffer};
     use gpucoll::backend::{Backend, BoundPlan, Launch};
     use gpucoll::coll::task::Task;
     use gpucoll::config::Config;
@@ -38,8 +38,10 @@ mod imp {
     use gpucoll::topo::Topology;
     use gpucoll::tune::Tuner;
     use gpucoll::{
-        bf16, f16, Buffer, BufferMut, CollKind, Datatype, Equivalence, RawBuffer, ReduceOp,
+        bf16, f16, Buffer, BufferMut, CollKind, Communicator, CudaStreamRaw, Datatype, Equivalence,
+        RawBuffer, ReduceOp,
     };
+    use std::ffi::c_void;
     use std::fmt::Write as _;
     use std::sync::Arc;
     use std::time::Instant;
@@ -99,6 +101,7 @@ mod imp {
                 .collect();
             let launch = Launch {
                 first_seq: self.seq,
+                stream: None,
                 items,
             };
             self.seq += launch.items.len() as u64;
@@ -438,6 +441,7 @@ mod imp {
             for _ in 0..iters {
                 let launch = Launch {
                     first_seq: env.seq,
+                    stream: None,
                     items: vec![BoundPlan {
                         plan: plan.clone(),
                         input: i,
@@ -528,6 +532,746 @@ mod imp {
         Ok(())
     }
 
+    // ---------------------------------------------------------------------
+    // Stages on the public API (`--stage raw|graph|timeout`): raw pointers
+    // on callers' streams, CUDA-graph capture and replay, a forced timeout.
+
+    /// Input value of rank `r` at index `j` in round `it`: small integers,
+    /// so f32 sums are exact.
+    fn gv(r: usize, j: u64, it: u64) -> f32 {
+        ((r as u64 * 31 + j * 7 + it * 5) % 101) as f32
+    }
+
+    fn vp(b: &DeviceBuffer<f32>) -> *mut c_void {
+        b.device_ptr() as usize as *mut c_void
+    }
+
+    /// An argument check: what, the call's result, the error it expects.
+    type ErrCheck = (
+        &'static str,
+        gpucoll::Result<()>,
+        fn(&gpucoll::Error) -> bool,
+    );
+
+    /// One raw collective in flight: its output buffer and expected contents.
+    struct Pending {
+        what: String,
+        out: DeviceBuffer<f32>,
+        _keep: Option<DeviceBuffer<f32>>,
+        want: Vec<(usize, f32)>,
+    }
+
+    /// Queue collective `kind` (f32, Sum) of `count` on `stream` with the raw
+    /// entry points; returns what to verify after the stream synchronized.
+    fn raw_case(
+        world: &Communicator,
+        gpu: i32,
+        kind: CollKind,
+        count: u64,
+        in_place: bool,
+        it: u64,
+        stream: Option<CudaStreamRaw>,
+    ) -> gpucoll::Result<Pending> {
+        let (rank, n) = (world.rank(), world.size());
+        let nn = n as u64;
+        let root = n - 1;
+        let is_root = rank == root;
+        let c = count as usize;
+        let cn = c * n;
+        let poison = -1.0f32;
+        let v = |r: usize, j: u64| gv(r, j, it);
+        let sum = |f: &dyn Fn(usize) -> u64| (0..n).map(|r| v(r, f(r))).sum::<f32>();
+        let dt = Datatype::F32;
+        let op = ReduceOp::Sum;
+        let what = format!(
+            "{} count={count} in_place={in_place} round={it}",
+            kind.name()
+        );
+        let own: Vec<f32> = (0..count).map(|j| v(rank, j)).collect();
+        let own_n: Vec<f32> = (0..count * nn).map(|j| v(rank, j)).collect();
+        let mut want = Vec::new();
+        // SAFETY (for every raw call below): the device buffers live in the
+        // returned Pending until the caller synchronized the stream.
+        let p = match kind {
+            CollKind::AllReduce | CollKind::Reduce => {
+                for i in 0..c {
+                    want.push((i, sum(&|_| i as u64)));
+                }
+                let reduce = kind == CollKind::Reduce;
+                if reduce && !is_root {
+                    want.clear();
+                }
+                if in_place && (!reduce || is_root) {
+                    let b = DeviceBuffer::from_host(gpu, &own)?;
+                    unsafe {
+                        if reduce {
+                            world.reduce_raw(vp(&b), vp(&b), count, dt, op, root, stream)?
+                        } else {
+                            world.all_reduce_raw(vp(&b), vp(&b), count, dt, op, stream)?
+                        }
+                    };
+                    Pending {
+                        what,
+                        out: b,
+                        _keep: None,
+                        want,
+                    }
+                } else {
+                    let s = DeviceBuffer::from_host(gpu, &own)?;
+                    let o = DeviceBuffer::from_host(gpu, &vec![poison; c])?;
+                    unsafe {
+                        if reduce {
+                            let recv = if is_root {
+                                vp(&o)
+                            } else {
+                                std::ptr::null_mut()
+                            };
+                            world.reduce_raw(vp(&s), recv, count, dt, op, root, stream)?
+                        } else {
+                            world.all_reduce_raw(vp(&s), vp(&o), count, dt, op, stream)?
+                        }
+                    };
+                    Pending {
+                        what,
+                        out: o,
+                        _keep: Some(s),
+                        want,
+                    }
+                }
+            }
+            CollKind::Broadcast => {
+                let init: Vec<f32> = if is_root {
+                    own.clone()
+                } else {
+                    vec![poison; c]
+                };
+                let b = DeviceBuffer::from_host(gpu, &init)?;
+                unsafe { world.broadcast_raw(vp(&b), count, dt, root, stream)? };
+                want = (0..c).map(|i| (i, v(root, i as u64))).collect();
+                Pending {
+                    what,
+                    out: b,
+                    _keep: None,
+                    want,
+                }
+            }
+            CollKind::AllGather | CollKind::Gather => {
+                let gather = kind == CollKind::Gather;
+                let at = if gather { root } else { rank };
+                if !gather || is_root {
+                    for r in 0..n {
+                        for i in 0..c {
+                            want.push((r * c + i, v(r, i as u64)));
+                        }
+                    }
+                }
+                if in_place && (!gather || is_root) {
+                    let mut init = vec![poison; cn];
+                    init[at * c..(at + 1) * c].copy_from_slice(&own);
+                    let b = DeviceBuffer::from_host(gpu, &init)?;
+                    // Odd counts use NCCL's layout (send = own block).
+                    let send = if count % 2 == 1 {
+                        (b.device_ptr() + (at * c * 4) as u64) as usize as *const c_void
+                    } else {
+                        vp(&b) as *const c_void
+                    };
+                    unsafe {
+                        if gather {
+                            world.gather_raw(send, vp(&b), count, dt, root, stream)?
+                        } else {
+                            world.all_gather_raw(send, vp(&b), count, dt, stream)?
+                        }
+                    };
+                    Pending {
+                        what,
+                        out: b,
+                        _keep: None,
+                        want,
+                    }
+                } else {
+                    let s = DeviceBuffer::from_host(gpu, &own)?;
+                    let o = DeviceBuffer::from_host(gpu, &vec![poison; cn])?;
+                    unsafe {
+                        if gather {
+                            let recv = if is_root {
+                                vp(&o)
+                            } else {
+                                std::ptr::null_mut()
+                            };
+                            world.gather_raw(vp(&s), recv, count, dt, root, stream)?
+                        } else {
+                            world.all_gather_raw(vp(&s), vp(&o), count, dt, stream)?
+                        }
+                    };
+                    Pending {
+                        what,
+                        out: o,
+                        _keep: Some(s),
+                        want,
+                    }
+                }
+            }
+            CollKind::ReduceScatter => {
+                want = (0..c)
+                    .map(|i| (i, sum(&|_| (rank * c + i) as u64)))
+                    .collect();
+                if in_place {
+                    let b = DeviceBuffer::from_host(gpu, &own_n)?;
+                    unsafe {
+                        world.reduce_scatter_block_raw(vp(&b), vp(&b), count, dt, op, stream)?
+                    };
+                    Pending {
+                        what,
+                        out: b,
+                        _keep: None,
+                        want,
+                    }
+                } else {
+                    let s = DeviceBuffer::from_host(gpu, &own_n)?;
+                    let o = DeviceBuffer::from_host(gpu, &vec![poison; c])?;
+                    unsafe {
+                        world.reduce_scatter_block_raw(vp(&s), vp(&o), count, dt, op, stream)?
+                    };
+                    Pending {
+                        what,
+                        out: o,
+                        _keep: Some(s),
+                        want,
+                    }
+                }
+            }
+            CollKind::AllToAll => {
+                for s in 0..n {
+                    for i in 0..c {
+                        want.push((s * c + i, v(s, (rank * c + i) as u64)));
+                    }
+                }
+                if in_place {
+                    let b = DeviceBuffer::from_host(gpu, &own_n)?;
+                    unsafe { world.all_to_all_raw(vp(&b), vp(&b), count, dt, stream)? };
+                    Pending {
+                        what,
+                        out: b,
+                        _keep: None,
+                        want,
+                    }
+                } else {
+                    let s = DeviceBuffer::from_host(gpu, &own_n)?;
+                    let o = DeviceBuffer::from_host(gpu, &vec![poison; cn])?;
+                    unsafe { world.all_to_all_raw(vp(&s), vp(&o), count, dt, stream)? };
+                    Pending {
+                        what,
+                        out: o,
+                        _keep: Some(s),
+                        want,
+                    }
+                }
+            }
+            CollKind::Scatter => {
+                let base = if in_place && is_root { root * c } else { 0 };
+                want = (0..c)
+                    .map(|i| (base + i, v(root, (rank * c + i) as u64)))
+                    .collect();
+                if in_place && is_root {
+                    let b = DeviceBuffer::from_host(gpu, &own_n)?;
+                    unsafe { world.scatter_raw(vp(&b), vp(&b), count, dt, root, stream)? };
+                    Pending {
+                        what,
+                        out: b,
+                        _keep: None,
+                        want,
+                    }
+                } else {
+                    let s = DeviceBuffer::from_host(gpu, &own_n)?;
+                    let o = DeviceBuffer::from_host(gpu, &vec![poison; c])?;
+                    let send = if is_root {
+                        vp(&s) as *const c_void
+                    } else {
+                        std::ptr::null()
+                    };
+                    unsafe { world.scatter_raw(send, vp(&o), count, dt, root, stream)? };
+                    Pending {
+                        what,
+                        out: o,
+                        _keep: Some(s),
+                        want,
+                    }
+                }
+            }
+        };
+        Ok(p)
+    }
+
+    /// Compare a synchronized Pending with its expected values.
+    fn verify(p: &Pending, rank: usize, log: &mut String) -> gpucoll::Result<usize> {
+        let got = p.out.to_vec()?;
+        let mut bad = 0usize;
+        let mut first = None;
+        for &(i, w) in &p.want {
+            let g = got.get(i).copied();
+            if g != Some(w) {
+                bad += 1;
+                first.get_or_insert((i, g, w));
+            }
+        }
+        if let Some((i, g, w)) = first {
+            let _ = writeln!(
+                log,
+                "rank {rank} WRONG {}: {bad} elements; first at {i}: got {g:?} want {w}",
+                p.what
+            );
+        }
+        Ok(bad)
+    }
+
+    /// (a) every collective through the raw entry points on callers'
+    /// streams (two streams, alternating, plus blocking calls in between),
+    /// many queued before one synchronization; argument errors on the GPU.
+    fn stage_raw(world: &Communicator, log: &mut String) -> gpucoll::Result<usize> {
+        let rank = world.rank();
+        let gpu = match world.device() {
+            Some(g) => g,
+            None => {
+                let _ = writeln!(
+                    log,
+                    "rank {rank} ERROR the communicator has no GPU ({})",
+                    world.backend_name()
+                );
+                return Ok(1);
+            }
+        };
+        let mut fails = 0usize;
+        let (sa, sb) = (CudaStream::new(gpu)?, CudaStream::new(gpu)?);
+        // 262144 f32 = 1 MiB (direct all_reduce), 4 Mi f32 = 16 MiB (the
+        // largest direct all_reduce), 1001 (unaligned tails), 0.
+        for (round, &count) in [0u64, 1, 1001, 262_144, 4 << 20].iter().enumerate() {
+            let mut pend = Vec::new();
+            let mut k = 0usize;
+            for kind in CollKind::ALL {
+                for in_place in [false, true] {
+                    if kind == CollKind::Broadcast && in_place {
+                        continue;
+                    }
+                    let s = if k % 2 == 0 { &sa } else { &sb };
+                    k += 1;
+                    pend.push(raw_case(
+                        world,
+                        gpu,
+                        kind,
+                        count,
+                        in_place,
+                        round as u64,
+                        Some(s.raw()),
+                    )?);
+                }
+                // A blocking call (the communicator's own stream) in between.
+                if kind == CollKind::AllGather {
+                    pend.push(raw_case(
+                        world,
+                        gpu,
+                        CollKind::AllReduce,
+                        count,
+                        false,
+                        7,
+                        None,
+                    )?);
+                }
+            }
+            sa.synchronize()?;
+            sb.synchronize()?;
+            for p in &pend {
+                fails += (verify(p, rank, log)? > 0) as usize;
+            }
+            world.async_error()?;
+        }
+        // Errors checked before anything runs; the communicator stays usable.
+        let dev = DeviceBuffer::<f32>::zeroed(gpu, 100)?;
+        let host = vec![0f32; 100];
+        let s = Some(sa.raw());
+        let dt = Datatype::F32;
+        let checks: Vec<ErrCheck> = unsafe {
+            vec![
+                (
+                    "host pointer on a stream",
+                    world.all_reduce_raw(
+                        host.as_ptr() as *const c_void,
+                        vp(&dev),
+                        100,
+                        dt,
+                        ReduceOp::Sum,
+                        s,
+                    ),
+                    |e| matches!(e, gpucoll::Error::WrongMemory(_)),
+                ),
+                (
+                    "misaligned device pointer",
+                    world.all_reduce_raw(
+                        (dev.device_ptr() + 2) as usize as *const c_void,
+                        vp(&dev),
+                        10,
+                        dt,
+                        ReduceOp::Sum,
+                        s,
+                    ),
+                    |e| matches!(e, gpucoll::Error::InvalidUsage(_)),
+                ),
+                (
+                    // 4 TiB: far past anything mapped, so never accepted.
+                    "past the end of the allocation",
+                    world.broadcast_raw(vp(&dev), 1 << 40, dt, 0, s),
+                    |e| matches!(e, gpucoll::Error::InvalidUsage(_)),
+                ),
+            ]
+        };
+        for (what, r, pred) in checks {
+            match r {
+                Err(e) if pred(&e) => {}
+                other => {
+                    fails += 1;
+                    let _ = writeln!(log, "rank {rank} WRONG error check '{what}': got {other:?}");
+                }
+            }
+        }
+        let p = raw_case(
+            world,
+            gpu,
+            CollKind::AllReduce,
+            4099,
+            false,
+            9,
+            Some(sa.raw()),
+        )?;
+        sa.synchronize()?;
+        fails += (verify(&p, rank, log)? > 0) as usize;
+        world.async_error()?;
+        Ok(fails)
+    }
+
+    /// (b) capture all_reduce (1 MiB: direct one-shot; 64 MiB: ring),
+    /// all_gather and reduce_scatter into a CUDA graph, replay it 5 times
+    /// with new inputs each time, interleaved with eager calls.
+    fn stage_graph(world: &Communicator, log: &mut String) -> gpucoll::Result<usize> {
+        let (rank, n) = (world.rank(), world.size());
+        let gpu = world.device().ok_or_else(|| {
+            gpucoll::Error::Backend(format!("no GPU ({} backend)", world.backend_name()))
+        })?;
+        let nn = n as u64;
+        let stream = CudaStream::new(gpu)?;
+        let s = Some(stream.raw());
+        let dt = Datatype::F32;
+        let sum = ReduceOp::Sum;
+        let (c1, c2, cg, cr) = (262_144u64, 16u64 << 20, 65_536u64, 262_144u64);
+        let z = |len: u64| DeviceBuffer::<f32>::zeroed(gpu, len as usize);
+        let (a1, o1) = (z(c1)?, z(c1)?);
+        let (a2, o2) = (z(c2)?, z(c2)?);
+        let (ga, go) = (z(cg)?, z(cg * nn)?);
+        let (ra, ro) = (z(cr * nn)?, z(cr)?);
+        let fill = |b: &mut DeviceBuffer<f32>, len: u64, it: u64| {
+            let v: Vec<f32> = (0..len).map(|j| gv(rank, j, it)).collect();
+            b.copy_from_host(&v)
+        };
+        // Warm-up: one eager call on the stream (starts the watchdog).
+        let p = raw_case(world, gpu, CollKind::AllReduce, 1000, false, 0, s)?;
+        stream.synchronize()?;
+        let mut fails = (verify(&p, rank, log)? > 0) as usize;
+        stream.begin_capture()?;
+        // SAFETY: the buffers outlive the graph and its replays (dropped at
+        // the end of this function, after the last synchronize).
+        let captured = unsafe {
+            world
+                .all_reduce_raw(vp(&a1), vp(&o1), c1, dt, sum, s)
+                .and_then(|_| world.all_reduce_raw(vp(&a2), vp(&o2), c2, dt, sum, s))
+                .and_then(|_| world.all_gather_raw(vp(&ga), vp(&go), cg, dt, s))
+                .and_then(|_| world.reduce_scatter_block_raw(vp(&ra), vp(&ro), cr, dt, sum, s))
+        };
+        let graph = stream.end_capture();
+        captured?;
+        let graph = graph?;
+        let (mut a1, mut a2, mut ga, mut ra) = (a1, a2, ga, ra);
+        let check = |what: &str,
+                     out: &DeviceBuffer<f32>,
+                     want: &dyn Fn(u64) -> f32,
+                     log: &mut String|
+         -> gpucoll::Result<usize> {
+            let got = out.to_vec()?;
+            let bad = got
+                .iter()
+                .enumerate()
+                .filter(|(j, g)| **g != want(*j as u64))
+                .count();
+            if bad > 0 {
+                let j = got
+                    .iter()
+                    .enumerate()
+                    .position(|(j, g)| *g != want(j as u64))
+                    .unwrap_or(0);
+                let _ = writeln!(
+                    log,
+                    "rank {rank} WRONG {what}: {bad} elements; first at {j}: got {} want {}",
+                    got[j],
+                    want(j as u64)
+                );
+            }
+            Ok((bad > 0) as usize)
+        };
+        for it in 1..=5u64 {
+            fill(&mut a1, c1, it)?;
+            fill(&mut a2, c2, it)?;
+            fill(&mut ga, cg, it)?;
+            fill(&mut ra, cr * nn, it)?;
+            graph.launch(&stream)?;
+            stream.synchronize()?;
+            let all = |j: u64| (0..n).map(|r| gv(r, j, it)).sum::<f32>();
+            fails += check(&format!("replay {it} all_reduce 1 MiB"), &o1, &all, log)?;
+            fails += check(&format!("replay {it} all_reduce 64 MiB"), &o2, &all, log)?;
+            fails += check(
+                &format!("replay {it} all_gather"),
+                &go,
+                &|j| gv((j / cg) as usize, j % cg, it),
+                log,
+            )?;
+            fails += check(
+                &format!("replay {it} reduce_scatter"),
+                &ro,
+                &|j| all(rank as u64 * cr + j),
+                log,
+            )?;
+            // Eager calls between replays: blocking typed, then on the stream.
+            let e_in: Vec<f32> = (0..5000).map(|j| gv(rank, j, it + 100)).collect();
+            let e_in = DeviceBuffer::from_host(gpu, &e_in)?;
+            let mut e_out = z(5000)?;
+            world.all_reduce_into(&e_in, &mut e_out, sum)?;
+            fails += check(
+                &format!("eager all_reduce after replay {it}"),
+                &e_out,
+                &|j| (0..n).map(|r| gv(r, j, it + 100)).sum::<f32>(),
+                log,
+            )?;
+            let p = raw_case(world, gpu, CollKind::AllGather, 3001, false, it, s)?;
+            stream.synchronize()?;
+            fails += (verify(&p, rank, log)? > 0) as usize;
+        }
+        world.async_error()?;
+        drop(graph);
+        Ok(fails)
+    }
+
+    /// (c) GPUCOLL_TIMEOUT (5 s in the script): rank 1 skips one all_reduce,
+    /// first blocking (on a duplicate), then on a stream (on the world);
+    /// every rank must report Timeout/PeerFailed (or, for rank 1 afterwards,
+    /// any fatal error) within timeout + 15 s, and exit.
+    fn stage_timeout(
+        world: &Communicator,
+        mpi: &MpiComm,
+        log: &mut String,
+    ) -> gpucoll::Result<usize> {
+        let (rank, n) = (world.rank(), world.size());
+        let gpu = world.device().ok_or_else(|| {
+            gpucoll::Error::Backend(format!("no GPU ({} backend)", world.backend_name()))
+        })?;
+        let limit = world.config().timeout + std::time::Duration::from_secs(15);
+        let mut fails = 0usize;
+        let dup = world.duplicate()?;
+        let count = 262_144usize;
+        let din = DeviceBuffer::from_host(gpu, &vec![1f32; count])?;
+        let mut dout = DeviceBuffer::<f32>::zeroed(gpu, count)?;
+        let expected = |e: &gpucoll::Error, late: bool| match e {
+            gpucoll::Error::Timeout { .. } | gpucoll::Error::PeerFailed(_) => true,
+            gpucoll::Error::CommunicatorFailed(_) | gpucoll::Error::Aborted => late,
+            _ => false,
+        };
+        let judge =
+            |what: &str, r: gpucoll::Result<()>, t: Instant, late: bool, log: &mut String| {
+                let el = t.elapsed();
+                match r {
+                    Err(e) if expected(&e, late) && el <= limit => {
+                        let _ = writeln!(
+                            log,
+                            "rank {rank} ok: {what}: {e} after {:.1} s",
+                            el.as_secs_f64()
+                        );
+                        0usize
+                    }
+                    other => {
+                        let _ = writeln!(
+                            log,
+                            "rank {rank} WRONG {what}: {other:?} after {:.1} s (limit {:.0} s)",
+                            el.as_secs_f64(),
+                            limit.as_secs_f64()
+                        );
+                        1
+                    }
+                }
+            };
+        // Phase A: blocking call, rank 1 skips it.
+        if rank != 1 {
+            let t = Instant::now();
+            let r = dup.all_reduce_into(&din, &mut dout, ReduceOp::Sum);
+            fails += judge(
+                "blocking all_reduce while rank 1 skips it",
+                r,
+                t,
+                false,
+                log,
+            );
+        }
+        mpi.barrier()?;
+        if rank == 1 {
+            let t = Instant::now();
+            let r = dup.all_reduce_into(&din, &mut dout, ReduceOp::Sum);
+            fails += judge("rank 1's late blocking all_reduce", r, t, true, log);
+        }
+        mpi.barrier()?;
+        // Phase B: on a stream, rank 1 skips it; the error arrives through
+        // the watchdog (async_error) and the next call.
+        let stream = CudaStream::new(gpu)?;
+        let poll = |t: Instant| -> gpucoll::Result<()> {
+            loop {
+                world.async_error()?;
+                if t.elapsed() > limit {
+                    return Ok(());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        };
+        if rank != 1 {
+            let t = Instant::now();
+            // SAFETY: the buffers outlive the stream work (synchronized below).
+            let q = unsafe {
+                world.all_reduce_raw(
+                    vp(&din),
+                    vp(&dout),
+                    count as u64,
+                    Datatype::F32,
+                    ReduceOp::Sum,
+                    Some(stream.raw()),
+                )
+            };
+            if let Err(e) = q {
+                fails += 1;
+                let _ = writeln!(
+                    log,
+                    "rank {rank} WRONG queuing the stream all_reduce failed: {e}"
+                );
+            }
+            fails += judge(
+                "stream all_reduce while rank 1 skips it (async_error)",
+                poll(t),
+                t,
+                false,
+                log,
+            );
+            stream.synchronize()?;
+            let t = Instant::now();
+            let r = unsafe {
+                world.all_reduce_raw(
+                    vp(&din),
+                    vp(&dout),
+                    count as u64,
+                    Datatype::F32,
+                    ReduceOp::Sum,
+                    Some(stream.raw()),
+                )
+            };
+            fails += judge("the next call after the stream timeout", r, t, true, log);
+        }
+        mpi.barrier()?;
+        if rank == 1 {
+            let t = Instant::now();
+            // SAFETY: as above.
+            let q = unsafe {
+                world.all_reduce_raw(
+                    vp(&din),
+                    vp(&dout),
+                    count as u64,
+                    Datatype::F32,
+                    ReduceOp::Sum,
+                    Some(stream.raw()),
+                )
+            };
+            let r = q.and_then(|_| poll(t));
+            fails += judge("rank 1's late stream all_reduce", r, t, true, log);
+            stream.synchronize()?;
+        }
+        let _ = n;
+        Ok(fails)
+    }
+
+    fn run_stage(name: &str, world: &Communicator, mpi: &MpiComm, log: &mut String) -> usize {
+        let r = match name {
+            "raw" => stage_raw(world, log),
+            "graph" => stage_graph(world, log),
+            "timeout" => stage_timeout(world, mpi, log),
+            other => Err(gpucoll::Error::InvalidUsage(format!(
+                "unknown stage {other}"
+            ))),
+        };
+        match r {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = writeln!(log, "rank {} ERROR stage {name}: {e}", world.rank());
+                1
+            }
+        }
+    }
+
+    /// Gather every rank's failure count and log at rank 0, print the
+    /// summary there (and write it to `out`); the exit status.
+    fn report(
+        mpi: &MpiComm,
+        rank: usize,
+        n: usize,
+        failures: usize,
+        log: &str,
+        header: &str,
+        out: Option<String>,
+    ) -> i32 {
+        let mine = format!("{failures}\n{log}");
+        let lens = (mine.len() as u64).to_le_bytes().to_vec();
+        let all_lens = mpi.allgather_bytes(&lens).unwrap_or_default();
+        let maxlen = all_lens
+            .chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .max()
+            .unwrap_or(0) as usize;
+        let mut padded = mine.into_bytes();
+        padded.resize(maxlen, b' ');
+        let all = mpi.allgather_bytes(&padded).unwrap_or_default();
+        let mut total_fail = 0usize;
+        let mut summary = String::new();
+        let _ = writeln!(summary, "{header}");
+        for r in 0..n {
+            let chunk = all.get(r * maxlen..(r + 1) * maxlen).unwrap_or(&[]);
+            let text = String::from_utf8_lossy(chunk);
+            let text = text.trim_end();
+            let (f, rest) = text.split_once('\n').unwrap_or((text, ""));
+            total_fail += f.trim().parse::<usize>().unwrap_or(1);
+            for line in rest.lines().take(80) {
+                let _ = writeln!(summary, "{line}");
+            }
+        }
+        let _ = writeln!(
+            summary,
+            "gpu_check: {}",
+            if total_fail == 0 {
+                "ALL PASSED".to_string()
+            } else {
+                format!("{total_fail} FAILURES")
+            }
+        );
+        if rank == 0 {
+            print!("{summary}");
+            if let Some(p) = out {
+                let _ = std::fs::write(p, &summary);
+            }
+        }
+        if total_fail == 0 {
+            0
+        } else {
+            1
+        }
+    }
+
     pub fn main() -> i32 {
         let args: Vec<String> = std::env::args().collect();
         let arg = |k: &str| {
@@ -567,6 +1311,31 @@ mod imp {
             }
         };
         let mpi = Arc::new(MpiComm::world());
+        // `--stage NAME`: one of the public-API stages instead of the sweep.
+        if let Some(name) = arg("--stage") {
+            let t = Instant::now();
+            let mut log = String::new();
+            let failures = run_stage(&name, &world, &mpi, &mut log);
+            let header = format!(
+                "gpu_check: stage {name}, {} ranks, backend {}, gpu of rank 0 = {:?}, {:.1} s",
+                world.size(),
+                world.backend_name(),
+                world.device(),
+                t.elapsed().as_secs_f64()
+            );
+            let code = report(
+                &mpi,
+                world.rank(),
+                world.size(),
+                failures,
+                &log,
+                &header,
+                out,
+            );
+            drop(world);
+            drop(universe);
+            return code;
+        }
         let topo = world.topology().clone();
         let config = Config::from_env().unwrap_or_default();
         let t0 = Instant::now();
@@ -746,58 +1515,14 @@ mod imp {
                 let _ = writeln!(log, "rank {} ERROR perf: {e}", env.rank);
             }
         }
-        // Gather every rank's log and failure count at rank 0.
-        let mine = format!("{failures}\n{log}");
-        let mut lens = (mine.len() as u64).to_le_bytes().to_vec();
-        lens.resize(8, 0);
-        let all_lens = env.mpi.allgather_bytes(&lens).unwrap_or_default();
-        let maxlen = all_lens
-            .chunks(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-            .max()
-            .unwrap_or(0) as usize;
-        let mut padded = mine.into_bytes();
-        padded.resize(maxlen, b' ');
-        let all = env.mpi.allgather_bytes(&padded).unwrap_or_default();
-        let mut total_fail = 0usize;
-        let mut summary = String::new();
-        let _ = writeln!(
-            summary,
+        let header = format!(
             "gpu_check: {} ranks, gpu of rank 0 = {}, large = {large}, setup {setup_ms:.0} ms, {calls} launches in {check_s:.1} s",
             env.n, env.gpu
         );
-        for r in 0..env.n {
-            let chunk = &all[r * maxlen..(r + 1) * maxlen];
-            let text = String::from_utf8_lossy(chunk);
-            let text = text.trim_end();
-            let (f, rest) = text.split_once('\n').unwrap_or((text, ""));
-            total_fail += f.trim().parse::<usize>().unwrap_or(1);
-            for line in rest.lines().take(80) {
-                let _ = writeln!(summary, "{line}");
-            }
-        }
-        let _ = writeln!(
-            summary,
-            "gpu_check: {}",
-            if total_fail == 0 {
-                "ALL PASSED".to_string()
-            } else {
-                format!("{total_fail} FAILURES")
-            }
-        );
-        if env.rank == 0 {
-            print!("{summary}");
-            if let Some(p) = out {
-                let _ = std::fs::write(p, &summary);
-            }
-        }
+        let code = report(&env.mpi, env.rank, env.n, failures, &log, &header, out);
         drop(env);
         drop(world);
         drop(universe);
-        if total_fail == 0 {
-            0
-        } else {
-            1
-        }
+        code
     }
 }

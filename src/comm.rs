@@ -142,6 +142,12 @@ impl Communicator {
         &self.inner.topo
     }
 
+    /// The GPU ordinal this communicator's collectives run on: `Some` with
+    /// the CUDA backend, `None` with the host backend.
+    pub fn device(&self) -> Option<i32> {
+        self.inner.engine.device()
+    }
+
     /// The backend that moves this communicator's data (`host` or `cuda`).
     pub fn backend_name(&self) -> &'static str {
         self.inner.engine.backend_name()
@@ -265,6 +271,7 @@ fn config_fields(c: &Config) -> Vec<(&'static str, String)> {
         ("GPUCOLL_TIMEOUT", c.timeout.as_secs_f64().to_string()),
         ("GPUCOLL_BACKEND", shown(c.backend.as_ref())),
         ("GPUCOLL_HOST_SLOT_BYTES", shown(c.host_slot_bytes)),
+        ("GPUCOLL_P2P_DISABLE", u8::from(c.p2p_disable).to_string()),
         // The id itself is per rank; whether it is set must agree.
         (
             "GPUCOLL_NODE_ID",
@@ -278,7 +285,7 @@ fn config_fields(c: &Config) -> Vec<(&'static str, String)> {
     ]
 }
 
-const CONFIG_FIELDS: usize = 9;
+const CONFIG_FIELDS: usize = 10;
 /// Per-rank record of the config exchange: a status word, then one digest per field.
 const CONFIG_RECORD: usize = 8 * (1 + CONFIG_FIELDS);
 
@@ -475,6 +482,10 @@ mod tests {
         e.node_id = Some(2);
         assert_eq!(find_mismatch(&[config_digest(&d), config_digest(&e)]), None);
         assert_eq!(config_digest(&a).len(), CONFIG_FIELDS);
+        let mut p = a.clone();
+        p.p2p_disable = true;
+        let (field, _) = find_mismatch(&[config_digest(&a), config_digest(&p)]).unwrap();
+        assert_eq!(config_fields(&a)[field].0, "GPUCOLL_P2P_DISABLE");
     }
 
     #[test]

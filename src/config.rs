@@ -31,6 +31,10 @@ pub struct Config {
     pub backend: Option<String>,
     /// `GPUCOLL_HOST_SLOT_BYTES`: bytes per FIFO slot of the host backend.
     pub host_slot_bytes: Option<u64>,
+    /// `GPUCOLL_P2P_DISABLE=1`: the CUDA backend keeps its FIFOs in pinned
+    /// host shared memory instead of peer-mapped device memory (the SHM
+    /// transport).
+    pub p2p_disable: bool,
 }
 
 impl Default for Config {
@@ -45,15 +49,9 @@ impl Default for Config {
             node_id: None,
             backend: None,
             host_slot_bytes: None,
+            p2p_disable: false,
         }
     }
-}
-
-fn var(name: &'static str) -> Option<String> {
-    std::env::var(name)
-        .ok()
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
 }
 
 fn bad(name: &'static str, value: &str, reason: &str) -> Error {
@@ -82,6 +80,17 @@ fn parse_positive(name: &'static str, v: &str) -> Result<usize> {
 impl Config {
     /// Read every `GPUCOLL_*` variable; a malformed value is an error.
     pub fn from_env() -> Result<Config> {
+        Config::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Parse the settings from `lookup` (variable name to raw value), as
+    /// [`from_env`](Self::from_env) does from the environment.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        let var = |name: &'static str| {
+            lookup(name)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
         let mut c = Config::default();
         if let Some(v) = var("GPUCOLL_TIMEOUT") {
             let secs: f64 = v
@@ -137,6 +146,51 @@ impl Config {
             }
             c.host_slot_bytes = Some(n);
         }
+        if let Some(v) = var("GPUCOLL_P2P_DISABLE") {
+            c.p2p_disable = parse_bool("GPUCOLL_P2P_DISABLE", &v)?;
+        }
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(vars: &[(&str, &str)]) -> Result<Config> {
+        Config::from_lookup(|name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    #[test]
+    fn p2p_disable() {
+        assert!(!parse(&[]).unwrap().p2p_disable);
+        for v in ["1", "true", "ON", " yes "] {
+            assert!(
+                parse(&[("GPUCOLL_P2P_DISABLE", v)]).unwrap().p2p_disable,
+                "{v}"
+            );
+        }
+        for v in ["0", "false", "off", ""] {
+            assert!(
+                !parse(&[("GPUCOLL_P2P_DISABLE", v)]).unwrap().p2p_disable,
+                "{v}"
+            );
+        }
+        match parse(&[("GPUCOLL_P2P_DISABLE", "maybe")]) {
+            Err(Error::Config { name, .. }) => assert_eq!(name, "GPUCOLL_P2P_DISABLE"),
+            other => panic!("expected a Config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn timeout_and_defaults() {
+        let c = parse(&[("GPUCOLL_TIMEOUT", "5")]).unwrap();
+        assert_eq!(c.timeout, Duration::from_secs(5));
+        assert!(parse(&[("GPUCOLL_TIMEOUT", "-1")]).is_err());
+        assert_eq!(parse(&[]).unwrap(), Config::default());
     }
 }

@@ -142,6 +142,21 @@ impl Engine {
         self.backend.check_memory(kind)
     }
 
+    /// The GPU the backend runs on, if it is a GPU backend.
+    pub(crate) fn device(&self) -> Option<i32> {
+        self.backend.device()
+    }
+
+    /// The communicator's failure, if any: a failure recorded by a call, or
+    /// one the backend found in work queued on a caller's stream.
+    pub(crate) fn async_error(&self) -> Result<()> {
+        self.failed.check()?;
+        match self.backend.async_error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
     pub(crate) fn abort(&self, reason: &str) {
         self.failed.record(&Error::Aborted);
         self.backend.abort(reason);
@@ -196,7 +211,7 @@ impl Engine {
         mpi: &MpiComm,
         calls: &[Call],
     ) -> Result<Box<dyn PendingWork>> {
-        self.with_launch(mpi, calls, |backend, launch| {
+        self.with_launch(mpi, calls, None, |backend, launch| {
             // SAFETY: the caller guarantees the buffers outlive the work.
             let inner = unsafe { backend.submit(launch)? };
             Ok(Box::new(TrackedWork {
@@ -212,9 +227,27 @@ impl Engine {
     /// Every buffer of `calls` must be valid and untouched by anything else
     /// for the duration of this call.
     pub(crate) unsafe fn run(&self, mpi: &MpiComm, calls: &[Call]) -> Result<()> {
-        self.with_launch(mpi, calls, |backend, launch| {
+        self.with_launch(mpi, calls, None, |backend, launch| {
             // SAFETY: the buffers are valid for this whole (blocking) call.
             unsafe { backend.run(launch) }
+        })
+    }
+
+    /// Check, plan and queue `calls` as one launch on the caller's CUDA
+    /// `stream`; returns once queued (completion is stream-ordered). The
+    /// stream is checked before the launch takes its sequence numbers, so a
+    /// rejected stream leaves the communicator usable.
+    ///
+    /// # Safety
+    /// Every buffer of `calls` must be device memory that stays valid and
+    /// untouched by anything else until the work completed on `stream` (for
+    /// every replay, when the stream is being captured into a graph).
+    pub(crate) unsafe fn enqueue(&self, mpi: &MpiComm, calls: &[Call], stream: u64) -> Result<()> {
+        self.failed.check()?;
+        self.backend.check_stream(stream)?;
+        self.with_launch(mpi, calls, Some(stream), |backend, launch| {
+            // SAFETY: forwarded from the caller (stream-ordered lifetime).
+            unsafe { backend.enqueue(launch) }
         })
     }
 
@@ -225,9 +258,16 @@ impl Engine {
         &self,
         mpi: &MpiComm,
         calls: &[Call],
+        stream: Option<u64>,
         go: impl FnOnce(&dyn Backend, Launch) -> Result<T>,
     ) -> Result<T> {
         self.failed.check()?;
+        // Work queued earlier on a caller's stream failed: this call reports
+        // that error (and fails the communicator for every later one).
+        if let Some(e) = self.backend.async_error() {
+            self.failed.record(&e);
+            return Err(e);
+        }
         let mut next = self.next_seq.lock().unwrap_or_else(|e| e.into_inner());
         let first_seq = *next;
         *next += calls.len() as u64;
@@ -243,7 +283,14 @@ impl Engine {
                     output: c.output,
                 })
                 .collect();
-            go(self.backend.as_ref(), Launch { first_seq, items })
+            go(
+                self.backend.as_ref(),
+                Launch {
+                    first_seq,
+                    items,
+                    stream,
+                },
+            )
         })();
         drop(next);
         if let Err(e) = &result {

@@ -40,10 +40,12 @@ pub mod topo;
 pub mod tune;
 
 #[cfg(feature = "cuda")]
-pub use backend::cuda::{memory_kind_of, DeviceBuffer, DeviceView, DeviceViewMut};
+pub use backend::cuda::{
+    memory_kind_of, CudaGraph, CudaStream, DeviceBuffer, DeviceView, DeviceViewMut,
+};
 pub use buffer::{Buffer, BufferMut, MemoryKind, RawBuffer};
 pub use coll::task::CollKind;
-pub use coll::{Group, Process};
+pub use coll::{CudaStreamRaw, Group, Process};
 pub use comm::Communicator;
 pub use datatype::{Datatype, Equivalence};
 pub use env::{initialize, initialize_with_threading, Threading, Universe};

@@ -34,6 +34,10 @@ pub struct Launch {
     /// rank that issued a different call is detected, not misread.
     pub first_seq: u64,
     pub items: Vec<BoundPlan>,
+    /// The caller's CUDA stream (`CUstream` as an integer; 0 is the legacy
+    /// default stream) for [`Backend::enqueue`]; None: the backend's own
+    /// execution (its stream or threads), as for `submit` and `run`.
+    pub stream: Option<u64>,
 }
 
 /// Transport costs a backend reports to the tuner: per channel, per hop.
@@ -106,6 +110,42 @@ pub trait Backend: Send + Sync {
         work.wait()
     }
 
+    /// Queue a launch on the caller's CUDA stream (`launch.stream`) and
+    /// return once it is queued: completion is ordered on that stream, as
+    /// with NCCL. Failures found later (a timeout, a peer's failure) fail the
+    /// communicator and are reported by [`async_error`](Self::async_error).
+    /// The default (host backend) rejects streams with
+    /// `Error::InvalidUsage`.
+    ///
+    /// # Safety
+    /// Every buffer in `launch` must be device memory that stays valid and
+    /// is not accessed by anything else until the work completed on the
+    /// stream (or, when the stream is being captured, for every replay of
+    /// the graph).
+    unsafe fn enqueue(&self, launch: Launch) -> Result<()> {
+        let _ = launch;
+        Err(no_streams(self.name()))
+    }
+
+    /// Check a caller's stream before a launch is numbered: it must belong
+    /// to this backend's GPU context and not be in an invalidated capture.
+    /// The default (host backend) rejects every stream.
+    fn check_stream(&self, stream: u64) -> Result<()> {
+        let _ = stream;
+        Err(no_streams(self.name()))
+    }
+
+    /// The first error of work queued with [`enqueue`](Self::enqueue), once
+    /// the backend found it (None while everything is fine).
+    fn async_error(&self) -> Option<Error> {
+        None
+    }
+
+    /// The GPU ordinal this backend runs on (None: not a GPU backend).
+    fn device(&self) -> Option<i32> {
+        None
+    }
+
     /// Make every pending and future operation fail quickly; tells peers.
     fn abort(&self, reason: &str);
 
@@ -120,6 +160,14 @@ pub trait Backend: Send + Sync {
             ))),
         }
     }
+}
+
+/// The error of a backend that cannot run work on a caller's CUDA stream.
+fn no_streams(backend: &str) -> Error {
+    Error::InvalidUsage(format!(
+        "the {backend} backend does not execute on CUDA streams; pass no stream (a blocking \
+         call) or use a communicator on the CUDA backend"
+    ))
 }
 
 /// The backend for a new communicator. Collective over `mpi`.

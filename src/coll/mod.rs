@@ -9,10 +9,12 @@
 mod check;
 mod group;
 mod process;
+pub mod raw;
 pub mod task;
 
 pub use group::Group;
 pub use process::Process;
+pub use raw::CudaStreamRaw;
 
 use crate::buffer::{Buffer, BufferMut, RawBuffer};
 use crate::comm::Communicator;

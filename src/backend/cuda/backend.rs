@@ -9,7 +9,7 @@
 //! is picked by the rank's index among the processes of its host.
 
 use super::abi::*;
-use super::driver::{self, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream};
+use super::driver::{self, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream, Capture};
 use super::memory::{bind, DevMem, DeviceCtx, PinnedMem};
 use super::net::{self, NetLayout, NetProxy};
 use super::shm::{self, Segment};
@@ -26,7 +26,7 @@ use crate::tune::Protocol;
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Slots per FIFO (NCCL's `NCCL_STEPS`).
@@ -139,21 +139,11 @@ fn env_usize(name: &str) -> Option<usize> {
 
 static FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gpucoll_kernels.fatbin"));
 
-/// `GPUCOLL_P2P_DISABLE=1`: connectors in host shared memory instead of
-/// peer device memory. A malformed value is an error.
-pub fn p2p_disabled() -> Result<bool> {
-    match std::env::var("GPUCOLL_P2P_DISABLE") {
-        Err(_) => Ok(false),
-        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
-            "" | "0" | "false" | "no" | "off" => Ok(false),
-            "1" | "true" | "yes" | "on" => Ok(true),
-            _ => Err(Error::Config {
-                name: "GPUCOLL_P2P_DISABLE",
-                value: v,
-                reason: "expected 0 or 1".into(),
-            }),
-        },
-    }
+/// `GPUCOLL_P2P_DISABLE=1` (parsed, validated and agreed across ranks in
+/// [`Config`]): connectors in host shared memory instead of peer device
+/// memory.
+pub fn p2p_disabled(config: &Config) -> bool {
+    config.p2p_disable
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -280,6 +270,26 @@ struct Inner {
     aborted: AtomicBool,
     failed_flag: AtomicBool,
     failed: Mutex<Option<String>>,
+    /// Orders consecutive submissions that go to different streams.
+    order: Mutex<Order>,
+    /// What the kernels of captured CUDA graphs read (step tables with their
+    /// pinned staging, scratch memory): kept unchanged for the backend's
+    /// life, since the graph may be replayed at any time.
+    graph_keep: Mutex<Vec<Resources>>,
+}
+
+/// The stream of the last submission and the event that marks its end.
+///
+/// Kernels of consecutive submissions share connectors (FIFO counters), so
+/// they must never run concurrently: a submission on another stream than
+/// the previous one first waits (on the device) for the previous one.
+#[derive(Default)]
+struct Order {
+    /// Raw handle of the last submission's stream.
+    last: Option<u64>,
+    /// Recorded after the last submission on a caller's stream (or, when
+    /// switching away from our own stream, at the switch).
+    event: Option<CUevent>,
 }
 
 // SAFETY: the raw CUDA handles (module, functions, stream) are usable from
@@ -480,6 +490,19 @@ impl Drop for Inner {
             {
                 driver::event_destroy(e);
             }
+            self.graph_keep
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .clear();
+            if let Some(e) = self
+                .order
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .event
+                .take()
+            {
+                driver::event_destroy(e);
+            }
             for &p in &self.peer_blocks {
                 if p != 0 {
                     driver::ipc_close(p);
@@ -497,6 +520,109 @@ impl Drop for Inner {
 pub struct CudaBackend {
     inner: Arc<Inner>,
     caps: BackendCaps,
+    /// Work queued on callers' streams, watched by a background thread.
+    watch: Arc<Watch>,
+    watcher: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// The watchdog of work queued on callers' streams (`Backend::enqueue`):
+/// a thread (started with the first such launch) polls each one, as `wait`
+/// would, until it completed: it releases its resources then, and turns "no
+/// progress for `GPUCOLL_TIMEOUT` once the stream reached the work" into a
+/// timeout that raises the abort word (so the kernels leave) and fails the
+/// communicator. The first error is kept for `async_error`.
+#[derive(Default)]
+struct Watch {
+    queue: Mutex<Vec<CudaPending>>,
+    wake: Condvar,
+    stop: AtomicBool,
+    failed: AtomicBool,
+    error: Mutex<Option<Error>>,
+}
+
+/// Sleep between rounds of polls while stream work is in flight.
+const WATCH_POLL: Duration = Duration::from_micros(500);
+
+impl Watch {
+    fn record(&self, e: Error) {
+        let mut g = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            tracing::error!("collective queued on a CUDA stream failed: {e}");
+            *g = Some(e);
+        }
+        self.failed.store(true, Ordering::Release);
+    }
+
+    fn run(&self, ordinal: i32, give_up_after: Duration) {
+        // This thread frees memory and queries events while the program may
+        // be capturing a stream in global mode on another thread: in relaxed
+        // mode those calls neither fail nor invalidate that capture.
+        let _relaxed = driver::RelaxedCapture::enter().ok();
+        let mut bound = false;
+        let mut stopping: Option<Instant> = None;
+        loop {
+            let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            while q.is_empty() && !self.stop.load(Ordering::Acquire) {
+                q = self.wake.wait(q).unwrap_or_else(|p| p.into_inner());
+            }
+            if q.is_empty() {
+                return;
+            }
+            if !bound {
+                bound = bind(ordinal).is_ok();
+            }
+            let mut first = None;
+            q.retain_mut(|p| match p.poll(bound) {
+                None => true,
+                Some(Ok(())) => false,
+                Some(Err(e)) => {
+                    first.get_or_insert(e);
+                    false
+                }
+            });
+            if let Some(e) = first {
+                self.record(e);
+            }
+            if self.stop.load(Ordering::Acquire) && !q.is_empty() {
+                let t = *stopping.get_or_insert_with(Instant::now);
+                if t.elapsed() > give_up_after {
+                    // The caller's stream never reached (or never finished)
+                    // this work: leak it rather than free memory under it.
+                    tracing::warn!(
+                        pending = q.len(),
+                        "CUDA backend dropped with stream work that never completed; leaking it"
+                    );
+                    for p in q.drain(..) {
+                        std::mem::forget(p);
+                    }
+                    return;
+                }
+            }
+            let busy = !q.is_empty();
+            drop(q);
+            if busy {
+                std::thread::sleep(WATCH_POLL);
+            }
+        }
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        {
+            let _q = self.watch.queue.lock().unwrap_or_else(|p| p.into_inner());
+            self.watch.stop.store(true, Ordering::Release);
+        }
+        self.watch.wake.notify_all();
+        if let Some(h) = self
+            .watcher
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let _ = h.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -680,7 +806,7 @@ impl CudaBackend {
         let multi = topo.nnodes() > 1;
         let local_rank = topo.local_rank();
         let local_size = topo.local_size();
-        let p2p_off = p2p_disabled();
+        let p2p_off = p2p_disabled(config);
         // GPUs are picked by the rank's index among the processes of its
         // host, not of its node: simulated nodes split a host's ranks, not
         // its GPUs. Collective (every rank calls it).
@@ -703,7 +829,7 @@ impl CudaBackend {
         };
 
         // Stage 1: driver, device, module, stream.
-        let local = p2p_off.clone().and(threads).and_then(|_| {
+        let local = threads.and_then(|_| {
             let host_rank = host_rank?;
             if !driver::available() {
                 return Err(Error::Backend(
@@ -733,7 +859,6 @@ impl CudaBackend {
             driver::module_unload(module);
             e
         };
-        let p2p_off = p2p_off.unwrap_or(true);
 
         // Stage 2: identities, device ordinals, P2P feasibility.
         let tag = random_tag();
@@ -1038,6 +1163,8 @@ impl CudaBackend {
             aborted: AtomicBool::new(false),
             failed_flag: AtomicBool::new(false),
             failed: Mutex::new(None),
+            order: Mutex::new(Order::default()),
+            graph_keep: Mutex::new(Vec::new()),
         });
         let caps = BackendCaps {
             protocols: vec![Protocol::Simple],
@@ -1088,12 +1215,37 @@ impl CudaBackend {
             peers = %peers,
             "cuda backend ready"
         );
-        Ok(CudaBackend { inner, caps })
+        Ok(CudaBackend {
+            inner,
+            caps,
+            watch: Arc::new(Watch::default()),
+            watcher: Mutex::new(None),
+        })
     }
 
     /// The GPU this backend runs on.
     pub fn device_ordinal(&self) -> i32 {
         self.inner.ctx.ordinal
+    }
+
+    /// Start the watchdog thread of stream work, once.
+    fn start_watcher(&self) -> Result<()> {
+        let mut g = self.watcher.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_some() {
+            return Ok(());
+        }
+        let w = self.watch.clone();
+        let ordinal = self.inner.ctx.ordinal;
+        let give_up = self.inner.timeout + ABORT_GRACE;
+        let h = std::thread::Builder::new()
+            .name(format!("gpucoll-cuda-watch-{}", self.inner.rank))
+            .spawn(move || w.run(ordinal, give_up))
+            .map_err(|e| Error::System {
+                call: "thread spawn (CUDA stream watchdog)",
+                message: e.to_string(),
+            })?;
+        *g = Some(h);
+        Ok(())
     }
 }
 
@@ -1389,6 +1541,7 @@ impl Inner {
         chans: &[GcChan],
         launches: &mut [Item],
         res: &mut Resources,
+        stream: CUstream,
     ) -> Result<(GcGroupArgs, u32)> {
         let mut per_channel: std::collections::BTreeMap<u32, Vec<GcGroupEntry>> =
             std::collections::BTreeMap::new();
@@ -1457,7 +1610,7 @@ impl Inner {
         }
         // SAFETY: device and pinned buffers hold `total` bytes; kernels that
         // read the copy are queued after it on the same stream.
-        unsafe { driver::memcpy_htod_async(dbase, work.host.host, total, self.stream)? };
+        unsafe { driver::memcpy_htod_async(dbase, work.host.host, total, stream)? };
         let g = GcGroupArgs {
             items: dbase + (sbytes + ebytes + bbytes) as u64,
             entries: dbase + sbytes as u64,
@@ -1471,11 +1624,43 @@ impl Inner {
     /// Queue `launch`. A `blocking` submission records no event: its caller
     /// waits for the whole stream at once (holding the engine's sequence
     /// lock, so nothing is queued after it meanwhile).
+    ///
+    /// With `launch.stream` the work goes to the caller's stream: host
+    /// buffers are refused (staging needs host waits), and while that stream
+    /// is being captured into a CUDA graph nothing waits on the host or
+    /// queries an event, the step-table cache is bypassed, and everything
+    /// the captured kernels read is kept for the backend's life
+    /// (`graph_keep`); the returned work is then already `done`.
     unsafe fn submit(self: &Arc<Self>, launch: Launch, blocking: bool) -> Result<CudaPending> {
         if let Some(e) = self.state_error() {
             return Err(e);
         }
         bind(self.ctx.ordinal)?;
+        let user = launch.stream.is_some();
+        let stream: CUstream = match launch.stream {
+            Some(s) => s as usize as CUstream,
+            None => self.stream,
+        };
+        let captured = user && self.stream_mode(stream)? == Capture::Active;
+        // Allocations while a stream is captured must not invalidate it.
+        let _relaxed = if captured {
+            Some(driver::RelaxedCapture::enter()?)
+        } else {
+            None
+        };
+        if user {
+            for bp in &launch.items {
+                for b in [&bp.input, &bp.output] {
+                    if b.len > 0 && b.addr != 0 && b.memory == MemoryKind::Host {
+                        return Err(Error::WrongMemory(
+                            "work queued on a CUDA stream needs device memory of this \
+                             communicator's GPU (host buffers are staged with host waits)"
+                                .into(),
+                        ));
+                    }
+                }
+            }
+        }
         let mut res = Resources {
             mems: Vec::new(),
             copy_back: Vec::new(),
@@ -1666,7 +1851,7 @@ impl Inner {
                 dtype,
             });
         }
-        let event = if blocking {
+        let event = if blocking || captured {
             None
         } else {
             Some(self.take_event()?)
@@ -1675,6 +1860,7 @@ impl Inner {
         let mut pending = CudaPending {
             inner: self.clone(),
             event,
+            started: None,
             res: None,
             seq: launch.first_seq,
             done: None,
@@ -1687,12 +1873,28 @@ impl Inner {
             timed_out: false,
             active: self.net.as_ref().map(|n| n.begin()),
         };
+        if user && !captured {
+            // The timeout clock starts when the caller's stream reaches our
+            // work, not when it was queued behind the caller's own kernels.
+            let s = self.take_event()?;
+            pending.started = Some(s);
+        }
+        if !captured && self.order_before(stream)? && pending.started.is_none() {
+            // Our own stream now waits for work on a caller's stream, which
+            // may still be queued behind the caller's kernels: start the
+            // timeout clock only when that wait is over.
+            let s = self.take_event()?;
+            pending.started = Some(s);
+        }
+        if let Some(s) = pending.started {
+            driver::event_record(s, stream)?;
+        }
         let steps_items = launches
             .iter()
             .filter(|i| matches!(i, Item::Steps { .. }))
             .count();
         let group_launch = if group && steps_items > 1 {
-            Some(self.upload_group(&steps, &chans, &mut launches, &mut res)?)
+            Some(self.upload_group(&steps, &chans, &mut launches, &mut res, stream)?)
         } else {
             None
         };
@@ -1708,7 +1910,10 @@ impl Inner {
                     std::slice::from_raw_parts(chans.as_ptr() as *const u8, cbytes),
                 )
             };
-            let hit = if total <= STEP_CACHE_MAX_BYTES {
+            // A captured kernel reads its table at every replay: it gets its
+            // own upload, kept for the backend's life, never a cache entry
+            // that could be evicted and reused.
+            let hit = if total <= STEP_CACHE_MAX_BYTES && !captured {
                 let mut bytes = Vec::with_capacity(total);
                 bytes.extend_from_slice(sb);
                 bytes.extend_from_slice(cb);
@@ -1722,12 +1927,7 @@ impl Inner {
                         // written again.
                         unsafe {
                             std::ptr::copy_nonoverlapping(bytes.as_ptr(), work.host.host, total);
-                            driver::memcpy_htod_async(
-                                work.dev.ptr,
-                                work.host.host,
-                                total,
-                                self.stream,
-                            )?;
+                            driver::memcpy_htod_async(work.dev.ptr, work.host.host, total, stream)?;
                         }
                         let c = Arc::new(CachedSteps { work, len: total });
                         self.cache_steps(c.clone());
@@ -1755,12 +1955,7 @@ impl Inner {
                             work.host.host.add(sbytes),
                             cbytes,
                         );
-                        driver::memcpy_htod_async(
-                            work.dev.ptr,
-                            work.host.host,
-                            total,
-                            self.stream,
-                        )?;
+                        driver::memcpy_htod_async(work.dev.ptr, work.host.host, total, stream)?;
                     }
                     let p = work.dev.ptr;
                     res.work = Some(work);
@@ -1785,7 +1980,7 @@ impl Inner {
             // tables it points to belong to this submission's work buffer
             // (held by `pending` until completion), the buffers of every
             // item stay valid until the event below completed.
-            unsafe { driver::launch(self.group_func, grid, THREADS, self.stream, &mut params)? };
+            unsafe { driver::launch(self.group_func, grid, THREADS, stream, &mut params)? };
             launches.clear();
         }
         for item in launches {
@@ -1805,7 +2000,7 @@ impl Inner {
                             self.funcs[dtype as usize],
                             nchans as u32,
                             THREADS,
-                            self.stream,
+                            stream,
                             &mut params,
                         )?
                     };
@@ -1824,7 +2019,7 @@ impl Inner {
                             self.direct_funcs[dtype as usize],
                             grid,
                             THREADS,
-                            self.stream,
+                            stream,
                             &mut params,
                         )?
                     };
@@ -1832,9 +2027,94 @@ impl Inner {
             }
         }
         if let Some(e) = pending.event {
-            driver::event_record(e, self.stream)?;
+            driver::event_record(e, stream)?;
+        }
+        if user && !captured {
+            self.order_after(stream)?;
+        }
+        if captured {
+            if let Some(r) = pending.res.take() {
+                self.graph_keep
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(r);
+            }
+            tracing::debug!(
+                rank = self.rank,
+                seq = launch.first_seq,
+                "collective captured into a CUDA graph"
+            );
+            pending.done = Some(Ok(()));
         }
         Ok(pending)
+    }
+
+    /// Check a caller's stream: same context as ours, not in a failed
+    /// capture. Returns its capture state.
+    fn stream_mode(&self, s: CUstream) -> Result<Capture> {
+        let ctx = driver::stream_context(s)?;
+        if ctx != self.ctx.ctx {
+            return Err(Error::InvalidUsage(format!(
+                "the CUDA stream belongs to another context than this communicator's \
+                 (the primary context of GPU {})",
+                self.ctx.ordinal
+            )));
+        }
+        match driver::stream_capture(s)? {
+            Capture::Invalidated => Err(Error::InvalidUsage(
+                "the CUDA stream is in an invalidated graph capture; end the capture first".into(),
+            )),
+            c => Ok(c),
+        }
+    }
+
+    /// Before queuing on `s`: if the previous submission went to another
+    /// stream, make `s` wait for it on the device (its kernels use the same
+    /// connectors). Not used while `s` is being captured: a replay's order
+    /// with other collectives of this communicator is the caller's to keep.
+    /// Returns whether `s` now waits for another stream.
+    fn order_before(&self, s: CUstream) -> Result<bool> {
+        let key = s as usize as u64;
+        let mut o = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        match o.last {
+            Some(prev) if prev != key => {
+                let e = match o.event {
+                    Some(e) => e,
+                    None => {
+                        let e = driver::event_create()?;
+                        o.event = Some(e);
+                        e
+                    }
+                };
+                // Our own stream holds only our work: mark its end now. A
+                // caller's stream had the event recorded after our work.
+                if prev == self.stream as usize as u64 {
+                    driver::event_record(e, self.stream)?;
+                }
+                driver::stream_wait_event(s, e)?;
+                o.last = Some(key);
+                Ok(true)
+            }
+            _ => {
+                o.last = Some(key);
+                Ok(false)
+            }
+        }
+    }
+
+    /// After queuing on a caller's stream `s`: mark the end of our work
+    /// there, for the next submission on another stream to wait on.
+    fn order_after(&self, s: CUstream) -> Result<()> {
+        let mut o = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        let e = match o.event {
+            Some(e) => e,
+            None => {
+                let e = driver::event_create()?;
+                o.event = Some(e);
+                e
+            }
+        };
+        driver::event_record(e, s)
     }
 }
 
@@ -1844,6 +2124,10 @@ struct CudaPending {
     /// Recorded after the last kernel; None for a blocking submission,
     /// which waits for the whole stream instead.
     event: Option<CUevent>,
+    /// On a caller's stream: recorded before our work; until it completed
+    /// the work has not started (the caller's earlier work runs), so the
+    /// timeout clock does not run.
+    started: Option<CUevent>,
     res: Option<Resources>,
     seq: u64,
     done: Option<Result<()>>,
@@ -1998,6 +2282,15 @@ impl CudaPending {
                 return Ok(None);
             }
             self.last_check = now;
+            if let Some(s) = self.started {
+                if !driver::event_query(s)? {
+                    self.last_progress = now;
+                    return Ok(None);
+                }
+                self.started = None;
+                self.inner.give_event(s);
+                self.last_progress = now;
+            }
             let sum = self.inner.progress_sum();
             if sum != self.last_sum {
                 self.last_sum = sum;
@@ -2090,8 +2383,9 @@ impl Drop for CudaPending {
         if self.done.is_none() {
             let _ = self.wait();
         }
-        if let Some(e) = self.event.take() {
-            if bind(self.inner.ctx.ordinal).is_ok() {
+        let events = [self.event.take(), self.started.take()];
+        if events.iter().any(Option::is_some) && bind(self.inner.ctx.ordinal).is_ok() {
+            for e in events.into_iter().flatten() {
                 // A completed event may be recorded again; any other is
                 // destroyed (a kernel that never left may still hold it).
                 if matches!(self.done, Some(Ok(()))) {
@@ -2123,9 +2417,58 @@ impl Backend for CudaBackend {
     /// stream (see `CudaPending::wait`) with the same timeout and abort
     /// handling as `submit` + `wait`.
     unsafe fn run(&self, launch: Launch) -> Result<()> {
+        let own_stream = launch.stream.is_none();
         // SAFETY: forwarded contract; we wait for completion before returning.
-        let mut p = unsafe { self.inner.submit(launch, true)? };
+        let mut p = unsafe { self.inner.submit(launch, own_stream)? };
         p.wait()
+    }
+
+    /// On the caller's stream: queue, hand the work to the watchdog thread,
+    /// return. Captured work (the stream is being captured into a graph) is
+    /// not watched: it runs at each replay, which the backend cannot see.
+    unsafe fn enqueue(&self, launch: Launch) -> Result<()> {
+        if launch.stream.is_none() {
+            return Err(Error::InvalidUsage(
+                "Backend::enqueue needs a launch with a stream".into(),
+            ));
+        }
+        // Start the watchdog first: a launch must not be queued unwatched.
+        self.start_watcher()?;
+        // SAFETY: forwarded contract: the buffers stay valid until the work
+        // completed on the caller's stream.
+        let p = unsafe { self.inner.submit(launch, false)? };
+        if p.done.is_some() {
+            return Ok(());
+        }
+        self.watch
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(p);
+        self.watch.wake.notify_one();
+        Ok(())
+    }
+
+    fn check_stream(&self, stream: u64) -> Result<()> {
+        bind(self.inner.ctx.ordinal)?;
+        self.inner
+            .stream_mode(stream as usize as CUstream)
+            .map(|_| ())
+    }
+
+    fn async_error(&self) -> Option<Error> {
+        if !self.watch.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        self.watch
+            .error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn device(&self) -> Option<i32> {
+        Some(self.inner.ctx.ordinal)
     }
 
     fn abort(&self, reason: &str) {

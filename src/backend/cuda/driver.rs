@@ -449,3 +449,154 @@ pub(crate) fn event_destroy(e: CUevent) {
     // SAFETY: e came from event_create and is destroyed once.
     let _ = unsafe { sys::cuEventDestroy_v2(e) };
 }
+
+/// Make `s` wait (on the device) for the work captured by `e`'s last record.
+pub(crate) fn stream_wait_event(s: CUstream, e: CUevent) -> Result<()> {
+    // SAFETY: both handles are live; flags 0 (default wait).
+    check(
+        unsafe { sys::cuStreamWaitEvent(s, e, 0) },
+        "cuStreamWaitEvent",
+    )
+}
+
+/// The context a stream belongs to.
+pub(crate) fn stream_context(s: CUstream) -> Result<CUcontext> {
+    ensure()?;
+    let mut c = std::ptr::null_mut();
+    // SAFETY: writes one context handle; `s` is a stream handle of the caller.
+    check(unsafe { sys::cuStreamGetCtx(s, &mut c) }, "cuStreamGetCtx")?;
+    Ok(c)
+}
+
+/// Whether a stream is being captured into a CUDA graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Capture {
+    /// Not capturing: work runs when it reaches the device.
+    None,
+    /// Capturing: work becomes graph nodes and runs at every replay.
+    Active,
+    /// The capture sequence failed; it must be ended by its owner.
+    Invalidated,
+}
+
+/// Capture status of `s` (`cuStreamIsCapturing`; safe to call during capture).
+pub(crate) fn stream_capture(s: CUstream) -> Result<Capture> {
+    ensure()?;
+    let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: writes one status value; `s` is a stream handle of the caller.
+    check(
+        unsafe { sys::cuStreamIsCapturing(s, &mut st) },
+        "cuStreamIsCapturing",
+    )?;
+    Ok(match st {
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => Capture::None,
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => Capture::Active,
+        _ => Capture::Invalidated,
+    })
+}
+
+/// While alive, this thread runs in `CU_STREAM_CAPTURE_MODE_RELAXED`, so
+/// allocations (`cuMemAlloc`, `cuMemHostAlloc`) made while a stream is being
+/// captured do not invalidate the capture; the previous mode comes back on drop.
+pub(crate) struct RelaxedCapture {
+    previous: sys::CUstreamCaptureMode,
+}
+
+impl RelaxedCapture {
+    pub(crate) fn enter() -> Result<RelaxedCapture> {
+        let mut m = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: exchanges this thread's mode through one valid pointer.
+        check(
+            unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut m) },
+            "cuThreadExchangeStreamCaptureMode",
+        )?;
+        Ok(RelaxedCapture { previous: m })
+    }
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        let mut m = self.previous;
+        // SAFETY: restores the mode saved by `enter` on this thread.
+        let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut m) };
+    }
+}
+
+/// `(start, bytes)` of the allocation holding `addr`, or None if the driver
+/// does not know the address.
+pub(crate) fn pointer_range(addr: u64) -> Result<Option<(u64, u64)>> {
+    ensure()?;
+    let mut start: CUdeviceptr = 0;
+    // SAFETY: RANGE_START_ADDR writes one CUdeviceptr.
+    let r = unsafe {
+        sys::cuPointerGetAttribute(
+            &mut start as *mut CUdeviceptr as *mut c_void,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+            addr,
+        )
+    };
+    if r == sys::CUresult::CUDA_ERROR_INVALID_VALUE {
+        return Ok(None);
+    }
+    check(r, "cuPointerGetAttribute(RANGE_START_ADDR)")?;
+    let mut size: usize = 0;
+    // SAFETY: RANGE_SIZE writes one size_t.
+    let r = unsafe {
+        sys::cuPointerGetAttribute(
+            &mut size as *mut usize as *mut c_void,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+            addr,
+        )
+    };
+    check(r, "cuPointerGetAttribute(RANGE_SIZE)")?;
+    Ok(Some((start, size as u64)))
+}
+
+pub(crate) use sys::{CUgraph, CUgraphExec};
+
+/// Start capturing `s` into a graph (`CU_STREAM_CAPTURE_MODE_GLOBAL`).
+pub(crate) fn stream_begin_capture(s: CUstream) -> Result<()> {
+    // SAFETY: `s` is a live, non-default stream of the current context.
+    check(
+        unsafe {
+            sys::cuStreamBeginCapture_v2(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
+        },
+        "cuStreamBeginCapture",
+    )
+}
+
+/// End the capture of `s` and return the captured graph.
+pub(crate) fn stream_end_capture(s: CUstream) -> Result<CUgraph> {
+    let mut g = std::ptr::null_mut();
+    // SAFETY: writes one graph handle; `s` is the capturing stream.
+    check(
+        unsafe { sys::cuStreamEndCapture(s, &mut g) },
+        "cuStreamEndCapture",
+    )?;
+    Ok(g)
+}
+
+pub(crate) fn graph_instantiate(g: CUgraph) -> Result<CUgraphExec> {
+    let mut e = std::ptr::null_mut();
+    // SAFETY: writes one executable graph handle; `g` is a live graph.
+    check(
+        unsafe { sys::cuGraphInstantiateWithFlags(&mut e, g, 0) },
+        "cuGraphInstantiate",
+    )?;
+    Ok(e)
+}
+
+pub(crate) fn graph_launch(e: CUgraphExec, s: CUstream) -> Result<()> {
+    // SAFETY: both handles are live.
+    check(unsafe { sys::cuGraphLaunch(e, s) }, "cuGraphLaunch")
+}
+
+pub(crate) fn graph_exec_destroy(e: CUgraphExec) {
+    // SAFETY: `e` came from graph_instantiate and is destroyed once.
+    let _ = unsafe { sys::cuGraphExecDestroy(e) };
+}
+
+pub(crate) fn graph_destroy(g: CUgraph) {
+    // SAFETY: `g` came from stream_end_capture and is destroyed once.
+    let _ = unsafe { sys::cuGraphDestroy(g) };
+}

@@ -371,3 +371,13 @@ impl<T: Equivalence> BufferMut for DeviceViewMut<'_, T> {
         raw::<T>(self.ptr, self.len, self.ordinal)
     }
 }
+
+/// `(start, bytes)` of the CUDA allocation that holds `addr`, when the
+/// driver knows the address (device memory, or host memory it allocated or
+/// registered); None otherwise or without a driver.
+pub fn allocation_range(addr: u64) -> Option<(u64, u64)> {
+    if addr == 0 || !driver::available() {
+        return None;
+    }
+    driver::pointer_range(addr).ok().flatten()
+}

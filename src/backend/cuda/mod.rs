@@ -29,9 +29,14 @@ pub(crate) mod driver;
 mod memory;
 mod net;
 mod shm;
+mod stream;
 
 pub use backend::{p2p_disabled, CudaBackend, FIFO_SLOTS};
-pub use memory::{device_count, memory_kind_of, DeviceBuffer, DeviceView, DeviceViewMut};
+pub(crate) use memory::bind;
+pub use memory::{
+    allocation_range, device_count, memory_kind_of, DeviceBuffer, DeviceView, DeviceViewMut,
+};
+pub use stream::{CudaGraph, CudaStream};
 
 /// Whether a CUDA driver is loadable and shows at least one GPU.
 pub fn available() -> bool {

@@ -442,6 +442,11 @@ impl Backend for HostBackend {
         if let Some(e) = self.inner.state_error() {
             return Err(e);
         }
+        if launch.stream.is_some() {
+            return Err(Error::InvalidUsage(
+                "the host backend does not execute on CUDA streams".into(),
+            ));
+        }
         let empty = launch.items.iter().all(|it| {
             it.plan
                 .channels
@@ -471,6 +476,11 @@ impl Backend for HostBackend {
             _ => {
                 if let Some(e) = self.inner.state_error() {
                     return Err(e);
+                }
+                if launch.stream.is_some() {
+                    return Err(Error::InvalidUsage(
+                        "the host backend does not execute on CUDA streams".into(),
+                    ));
                 }
                 self.inner.run_launch(&launch)
             }

@@ -184,6 +184,7 @@ mod tests {
     fn empty_launch(seq: u64) -> Launch {
         Launch {
             first_seq: seq,
+            stream: None,
             items: Vec::new(),
         }
     }

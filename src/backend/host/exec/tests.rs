@@ -265,6 +265,7 @@ fn run_ranks<T: crate::datatype::Equivalence + Default>(
                     };
                     let launch = Launch {
                         first_seq: seq_of(r),
+                        stream: None,
                         items: vec![BoundPlan {
                             plan: plan_of(r),
                             input: ib,
@@ -534,6 +535,7 @@ fn missing_peer_times_out_with_a_useful_message() {
     f.pre_op = false;
     let launch = Launch {
         first_seq: 12,
+        stream: None,
         items: vec![BoundPlan {
             plan: plan(
                 CollKind::AllReduce,
@@ -579,6 +581,7 @@ fn abort_flag_stops_a_blocked_channel() {
         let mut output = vec![0i32; 10];
         let launch = Launch {
             first_seq: 1,
+            stream: None,
             items: vec![BoundPlan {
                 plan: plan(
                     CollKind::AllReduce,
@@ -671,6 +674,7 @@ fn out_of_bounds_regions_are_rejected() {
     let mut output = vec![0i32; 10];
     let launch = Launch {
         first_seq: 1,
+        stream: None,
         items: vec![BoundPlan {
             plan: plan(
                 CollKind::AllReduce,
