@@ -1070,6 +1070,15 @@ mod imp {
             gpucoll::Error::Backend(format!("no GPU ({} backend)", world.backend_name()))
         })?;
         let limit = world.config().timeout + std::time::Duration::from_secs(15);
+        // Progress on stderr as it happens: if the stage is killed at its
+        // time limit, the log shows how far each rank got.
+        let t0 = Instant::now();
+        let say = |what: &str| {
+            eprintln!(
+                "gpu_check: rank {rank} +{:.1} s: {what}",
+                t0.elapsed().as_secs_f64()
+            )
+        };
         let mut fails = 0usize;
         let dup = world.duplicate()?;
         let count = 262_144usize;
@@ -1104,6 +1113,7 @@ mod imp {
                 }
             };
         // Phase A: blocking call, rank 1 skips it.
+        say("phase A (blocking, rank 1 skips)");
         if rank != 1 {
             let t = Instant::now();
             let r = dup.all_reduce_into(&din, &mut dout, ReduceOp::Sum);
@@ -1115,13 +1125,17 @@ mod imp {
                 log,
             );
         }
+        say("phase A: first barrier");
         mpi.barrier()?;
         if rank == 1 {
+            say("phase A: rank 1's late call");
             let t = Instant::now();
             let r = dup.all_reduce_into(&din, &mut dout, ReduceOp::Sum);
             fails += judge("rank 1's late blocking all_reduce", r, t, true, log);
         }
+        say("phase A: second barrier");
         mpi.barrier()?;
+        say("phase B (stream, rank 1 skips)");
         // Phase B: on a stream, rank 1 skips it; the error arrives through
         // the watchdog (async_error) and the next call.
         let stream = CudaStream::new(gpu)?;
@@ -1161,7 +1175,9 @@ mod imp {
                 false,
                 log,
             );
+            say("phase B: stream synchronize");
             stream.synchronize()?;
+            say("phase B: the next call");
             let t = Instant::now();
             let r = unsafe {
                 world.all_reduce_raw(
@@ -1175,8 +1191,10 @@ mod imp {
             };
             fails += judge("the next call after the stream timeout", r, t, true, log);
         }
+        say("phase B: barrier");
         mpi.barrier()?;
         if rank == 1 {
+            say("phase B: rank 1's late stream call");
             let t = Instant::now();
             // SAFETY: as above.
             let q = unsafe {
@@ -1191,8 +1209,10 @@ mod imp {
             };
             let r = q.and_then(|_| poll(t));
             fails += judge("rank 1's late stream all_reduce", r, t, true, log);
+            say("phase B: rank 1's stream synchronize");
             stream.synchronize()?;
         }
+        say("done; dropping the duplicate communicator");
         let _ = n;
         Ok(fails)
     }

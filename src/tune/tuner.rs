@@ -232,7 +232,9 @@ impl Tuner {
                     &self.caps,
                 )
                 .unwrap_or(f64::INFINITY);
-                if best.map_or(true, |(bt, _, _)| t < bt) {
+                // An algorithm/protocol pair that cannot run this call is
+                // never chosen (e.g. a forced LL beyond the LL one-shot).
+                if t.is_finite() && best.map_or(true, |(bt, _, _)| t < bt) {
                     best = Some((t, a, p));
                 }
             }
@@ -430,6 +432,23 @@ mod tests {
         );
         let big = t.choose(&task(CollKind::AllReduce, 1 << 26));
         assert_eq!(big.protocol, Protocol::Simple);
+        // Forced direct and LL beyond the LL one-shot: the Simple one-shot.
+        let cfg = Config {
+            algo: Some(Algorithm::Direct),
+            proto: Some(Protocol::LL),
+            ..Config::default()
+        };
+        let t = Tuner::new(&topo, &c, &cfg);
+        let c2 = t.choose(&task(CollKind::AllReduce, model::DIRECT_LL_MAX_BYTES / 2));
+        assert_eq!(
+            (c2.algorithm, c2.protocol),
+            (Algorithm::Direct, Protocol::Simple)
+        );
+        let c1 = t.choose(&task(CollKind::AllReduce, 8));
+        assert_eq!(
+            (c1.algorithm, c1.protocol),
+            (Algorithm::Direct, Protocol::LL)
+        );
         assert_eq!(
             t.choose(&task(CollKind::AllGather, 8)).protocol,
             Protocol::Simple
