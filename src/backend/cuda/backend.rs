@@ -314,7 +314,13 @@ impl Inner {
             self.mark_failed(e.to_string());
         }
         if !self.failed_flag.load(Ordering::Acquire) && !self.aborted.load(Ordering::Acquire) {
-            return None;
+            // A local peer that failed raised our abort word: fail before
+            // launching, or a kernel could complete from what the failed
+            // peer had already pushed before it gave up.
+            let w = self.peer_raiser()?;
+            let reason = self.peer_reason(w);
+            self.mark_failed(format!("peer failed: {reason}"));
+            return Some(Error::PeerFailed(reason));
         }
         let reason = self
             .failed
