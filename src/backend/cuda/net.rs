@@ -25,7 +25,7 @@
 //! The proxy runs on its own thread over a private duplicate of the
 //! communicator (so MPI must provide `MPI_THREAD_MULTIPLE`). It spins while
 //! pieces move, yields while a launch is in flight, and otherwise sleeps
-//! 50 µs between polls. It stops touching the FIFOs once the backend's abort
+//! 50 µs between polls (parks up to 1 ms once idle for 100 ms). It stops touching the FIFOs once the backend's abort
 //! word is raised; an MPI failure raises it (the kernels leave) and is
 //! reported as `PeerFailed`. At teardown it cancels its posted receives; if
 //! MPI might still use some buffer, the NET block is leaked, never freed.
@@ -50,6 +50,11 @@ const SPIN: Duration = Duration::from_micros(50);
 const YIELD: Duration = Duration::from_millis(20);
 /// Sleep between polls when idle.
 const IDLE_SLEEP: Duration = Duration::from_micros(50);
+/// After this long with no launch in flight and no send pending, the proxy
+/// parks up to [`DEEP_IDLE_SLEEP`] between polls (a new launch or `stop`
+/// unparks it at once), so an idle communicator costs almost no CPU.
+const DEEP_IDLE: Duration = Duration::from_millis(100);
+const DEEP_IDLE_SLEEP: Duration = Duration::from_millis(1);
 /// Sleep between checks of the stop flag once the backend failed.
 const HALTED_SLEEP: Duration = Duration::from_millis(1);
 /// At teardown, how long all cancellations together may take.
@@ -597,6 +602,9 @@ impl NetProxy {
     /// Mark a launch in flight until the guard drops.
     pub(crate) fn begin(&self) -> ActiveGuard {
         self.shared.active.fetch_add(1, Ordering::AcqRel);
+        if let Some(t) = &self.thread {
+            t.thread().unpark();
+        }
         ActiveGuard(self.shared.clone())
     }
 
@@ -607,7 +615,10 @@ impl NetProxy {
     pub(crate) fn stop(&mut self) -> bool {
         self.shared.stop.store(true, Ordering::Release);
         let clean = match self.thread.take() {
-            Some(t) => t.join().unwrap_or(false),
+            Some(t) => {
+                t.thread().unpark();
+                t.join().unwrap_or(false)
+            }
             None => true,
         };
         if !clean {
@@ -643,6 +654,7 @@ fn run(
         return proxy.shutdown(CANCEL_WAIT);
     };
     let mut idle_since = Instant::now();
+    let mut was_busy = false;
     let mut halted = false;
     while !shared.stop.load(Ordering::Acquire) {
         if !halted && own.abort_word() != 0 {
@@ -678,13 +690,22 @@ fn run(
                 continue;
             }
         }
+        // Busy: a launch is in flight or a send is pending; a launch that
+        // just began restarts the spin and yield phases.
+        let busy = shared.active.load(Ordering::Acquire) > 0 || proxy.sending();
+        if busy && !was_busy {
+            idle_since = Instant::now();
+        }
+        was_busy = busy;
         let idle = idle_since.elapsed();
         if idle < SPIN {
             for _ in 0..64 {
                 std::hint::spin_loop();
             }
-        } else if idle < YIELD && (shared.active.load(Ordering::Acquire) > 0 || proxy.sending()) {
+        } else if busy && idle < YIELD {
             std::thread::yield_now();
+        } else if !busy && idle >= DEEP_IDLE {
+            std::thread::park_timeout(DEEP_IDLE_SLEEP);
         } else {
             std::thread::sleep(IDLE_SLEEP);
         }
