@@ -41,19 +41,17 @@ mod imp {
     }
 
     impl Gpu {
-        /// `Some` when `world` runs on the CUDA backend: the same GPU as the
-        /// backend (`local_rank % device_count`).
+        /// `Some` when `world` runs on the CUDA backend: the backend's GPU
+        /// (`Communicator::device`; simulated nodes may split a host's ranks
+        /// differently from its GPUs).
         pub fn for_world(world: &Communicator) -> Result<Option<Gpu>, String> {
             if world.backend_name() != "cuda" {
                 return Ok(None);
             }
-            let n = gpucoll::backend::cuda::device_count();
-            if n == 0 {
-                return Err("the CUDA backend is in use, but the driver shows no GPU".into());
+            match world.device() {
+                Some(ordinal) => Ok(Some(Gpu { ordinal })),
+                None => Err("the CUDA backend is in use, but it reports no GPU".into()),
             }
-            Ok(Some(Gpu {
-                ordinal: (world.local_rank() % n) as i32,
-            }))
         }
 
         pub fn ordinal(&self) -> i32 {
