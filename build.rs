@@ -109,7 +109,9 @@ fn build_kernels() {
     // directly.
     let fatbin = out.join("gpucoll_kernels.fatbin");
     let mut cmd = Command::new(&nvcc);
+    // --threads 0: the three targets compile in parallel on every core.
     cmd.arg("-fatbin")
+        .args(["--threads", "0"])
         .arg("-O3")
         .arg("-std=c++17")
         .arg("-lineinfo")

@@ -85,32 +85,12 @@ struct GcChanStatus {
   uint64_t pad[4];
 };
 
-// Datatype codes (same order as crate::datatype::Datatype).
-#define GC_DT_I8 0u
-#define GC_DT_U8 1u
-#define GC_DT_I32 2u
-#define GC_DT_U32 3u
-#define GC_DT_I64 4u
-#define GC_DT_U64 5u
-#define GC_DT_F16 6u
-#define GC_DT_BF16 7u
-#define GC_DT_F32 8u
-#define GC_DT_F64 9u
-
 // One item's steps on one channel of a group launch: 16 bytes.
 struct GcGroupEntry {
-  uint32_t item;    // index into GcGroupArgs::items
-  uint32_t dtype;   // GC_DT_*
+  uint32_t item;    // index into GcArgs::items
+  uint32_t pad;
   uint32_t first;   // first step (index into the item's GcArgs::steps)
   uint32_t nsteps;
-};
-
-// Arguments of gc_group (passed by value): 32 bytes.
-struct GcGroupArgs {
-  uint64_t items;    // const GcArgs*, one per item
-  uint64_t entries;  // const GcGroupEntry*
-  uint64_t blocks;   // const GcChan*, one per block: channel, first entry, entry count
-  uint64_t pad;
 };
 
 // Kernel arguments (passed by value).
@@ -130,6 +110,11 @@ struct GcArgs {
   uint32_t slots;
   uint32_t seq;        // low 32 bits of the collective's sequence number
   uint32_t op;         // GC_OP_*
+  // A group launch (several calls of this datatype): `chans` holds one
+  // GcChan per block {channel, first entry, entry count}, `entries` the
+  // GcGroupEntry list and `items` one GcArgs per call. 0 for a single call.
+  uint64_t items;      // const GcArgs*
+  uint64_t entries;    // const GcGroupEntry*
 };
 
 // ------------------------------------------------------------ direct path

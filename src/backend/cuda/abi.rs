@@ -65,20 +65,9 @@ pub(crate) struct GcConn {
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct GcGroupEntry {
     pub item: u32,
-    /// `GC_DT_*` (the `Datatype` discriminant).
-    pub dtype: u32,
+    pub pad: u32,
     pub first: u32,
     pub nsteps: u32,
-}
-
-/// `GcGroupArgs`: the group kernel's arguments.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct GcGroupArgs {
-    pub items: u64,
-    pub entries: u64,
-    pub blocks: u64,
-    pub pad: u64,
 }
 
 #[repr(C)]
@@ -119,6 +108,10 @@ pub(crate) struct GcArgs {
     pub slots: u32,
     pub seq: u32,
     pub op: u32,
+    /// Group launch: `*const GcArgs` (one per call); 0 for a single call.
+    pub items: u64,
+    /// Group launch: `*const GcGroupEntry`.
+    pub entries: u64,
 }
 
 /// `GC_DIRECT_MAX_RANKS`.
@@ -154,6 +147,5 @@ const _: () = assert!(std::mem::size_of::<GcStep>() == 64);
 const _: () = assert!(std::mem::size_of::<GcConn>() == 64);
 const _: () = assert!(std::mem::size_of::<GcChan>() == 16);
 const _: () = assert!(std::mem::size_of::<GcGroupEntry>() == 16);
-const _: () = assert!(std::mem::size_of::<GcGroupArgs>() == 32);
 const _: () = assert!(std::mem::size_of::<GcChanStatus>() == 64);
-const _: () = assert!(std::mem::size_of::<GcArgs>() == 96);
+const _: () = assert!(std::mem::size_of::<GcArgs>() == 112);

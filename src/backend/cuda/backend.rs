@@ -49,10 +49,6 @@ fn p2p_slot_bytes(channels: usize) -> usize {
         512 << 10
     }
 }
-/// Kernel-name suffix of the default interpreter variant ("" = 4 packs in
-/// flight per thread, "_u8" = 8; 8 measured 1-5% faster on 2×H200, see
-/// docs/CUDA_NOTES.md).
-const DEFAULT_UNROLL_SUFFIX: &str = "_u8";
 /// Most channels (`GPUCOLL_CUDA_CHANNELS`); the per-channel status area
 /// holds them.
 const MAX_CHANNELS: usize = 128;
@@ -238,8 +234,6 @@ struct Inner {
     funcs: [CUfunction; 10],
     /// One-shot all_reduce kernels (`gc_direct_ar_*`), by datatype.
     direct_funcs: [CUfunction; 10],
-    /// `gc_group`: several step-plan items (any datatypes) in one launch.
-    group_func: CUfunction,
     stream: CUstream,
     layout: Layout,
     /// Device address (in our context) of every rank's direct area (the
@@ -682,8 +676,6 @@ struct Local {
     module: CUmodule,
     funcs: [CUfunction; 10],
     direct_funcs: [CUfunction; 10],
-    /// `gc_group`: several step-plan items (any datatypes) in one launch.
-    group_func: CUfunction,
     stream: CUstream,
 }
 
@@ -701,15 +693,8 @@ fn load_local(ordinal: i32) -> Result<Local> {
     let mut funcs = [std::ptr::null_mut(); 10];
     let mut direct_funcs = [std::ptr::null_mut(); 10];
     for d in Datatype::ALL {
-        // `GPUCOLL_CUDA_UNROLL=8`: the interpreter variant with 8 packs in
-        // flight per thread (a rank-local choice: the protocol is the same).
-        let suffix = match env_usize("GPUCOLL_CUDA_UNROLL") {
-            Some(8) => "_u8",
-            Some(4) => "",
-            _ => DEFAULT_UNROLL_SUFFIX,
-        };
         for (name, table) in [
-            (format!("gc_run_{}{suffix}", d.rust_name()), &mut funcs),
+            (format!("gc_run_{}", d.rust_name()), &mut funcs),
             (format!("gc_direct_ar_{}", d.rust_name()), &mut direct_funcs),
         ] {
             let name =
@@ -730,19 +715,11 @@ fn load_local(ordinal: i32) -> Result<Local> {
             return Err(e);
         }
     };
-    let group_func = match driver::module_function(module, c"gc_group") {
-        Ok(f) => f,
-        Err(e) => {
-            driver::module_unload(module);
-            return Err(e);
-        }
-    };
     Ok(Local {
         ctx,
         module,
         funcs,
         direct_funcs,
-        group_func,
         stream,
     })
 }
@@ -856,7 +833,6 @@ impl CudaBackend {
             module,
             funcs,
             direct_funcs,
-            group_func,
             stream,
         } = local;
         // From here on, failures must release what stage 1 created.
@@ -1151,7 +1127,6 @@ impl CudaBackend {
             module,
             funcs,
             direct_funcs,
-            group_func,
             stream,
             layout,
             bases: direct_bases,
@@ -1537,94 +1512,140 @@ impl Inner {
         }))
     }
 
-    /// Upload the tables of a group launch (steps, per-channel entries,
-    /// per-block descriptors, per-item arguments) in one work buffer held by
-    /// `res`; the group kernel's arguments and grid. Every item of
-    /// `launches` is a step-plan item; items of one channel keep their order.
+    /// Upload the tables of a group launch in one work buffer held by
+    /// `res`: the steps, then per datatype (in order of first appearance)
+    /// the per-block descriptors, the entries and the calls' arguments. One
+    /// launch per datatype: the step interpreter of that datatype with
+    /// `items`/`entries` set. Every item of `launches` is a step-plan item;
+    /// the calls of one channel keep their order within a datatype, and
+    /// every rank orders them alike.
     fn upload_group(
         &self,
         steps: &[GcStep],
         chans: &[GcChan],
-        launches: &mut [Item],
+        launches: &[Item],
         res: &mut Resources,
         stream: CUstream,
-    ) -> Result<(GcGroupArgs, u32)> {
-        let mut per_channel: std::collections::BTreeMap<u32, Vec<GcGroupEntry>> =
-            std::collections::BTreeMap::new();
-        let mut items: Vec<GcArgs> = Vec::with_capacity(launches.len());
-        for item in launches.iter() {
-            let Item::Steps {
-                first_chan,
-                nchans,
-                args,
-                dtype,
-            } = item
-            else {
-                return Err(Error::Backend(
-                    "a group launch holds a one-shot item".into(),
-                ));
-            };
-            let idx = items.len() as u32;
-            items.push(*args);
-            for c in &chans[*first_chan..*first_chan + *nchans] {
-                per_channel
-                    .entry(c.channel)
-                    .or_default()
-                    .push(GcGroupEntry {
-                        item: idx,
-                        dtype: *dtype as u32,
-                        first: c.first,
-                        nsteps: c.nsteps,
-                    });
-            }
+    ) -> Result<Vec<(Datatype, GcArgs, u32)>> {
+        struct Part {
+            dtype: Datatype,
+            items: Vec<GcArgs>,
+            blocks: Vec<GcChan>,
+            entries: Vec<GcGroupEntry>,
         }
-        let mut entries: Vec<GcGroupEntry> = Vec::new();
-        let mut blocks: Vec<GcChan> = Vec::new();
-        for (channel, list) in per_channel {
-            blocks.push(GcChan {
-                channel,
-                first: entries.len() as u32,
-                nsteps: list.len() as u32,
-                pad: 0,
+        let mut parts: Vec<Part> = Vec::new();
+        for dt in launches.iter().filter_map(|i| match i {
+            Item::Steps { dtype, .. } => Some(*dtype),
+            Item::Direct { .. } => None,
+        }) {
+            if parts.iter().any(|p| p.dtype == dt) {
+                continue;
+            }
+            let mut per_channel: std::collections::BTreeMap<u32, Vec<GcGroupEntry>> =
+                std::collections::BTreeMap::new();
+            let mut items: Vec<GcArgs> = Vec::new();
+            for item in launches {
+                let Item::Steps {
+                    first_chan,
+                    nchans,
+                    args,
+                    dtype,
+                } = item
+                else {
+                    return Err(Error::Backend(
+                        "a group launch holds a one-shot item".into(),
+                    ));
+                };
+                if *dtype != dt {
+                    continue;
+                }
+                let idx = items.len() as u32;
+                items.push(*args);
+                for c in &chans[*first_chan..*first_chan + *nchans] {
+                    per_channel
+                        .entry(c.channel)
+                        .or_default()
+                        .push(GcGroupEntry {
+                            item: idx,
+                            pad: 0,
+                            first: c.first,
+                            nsteps: c.nsteps,
+                        });
+                }
+            }
+            let mut entries: Vec<GcGroupEntry> = Vec::new();
+            let mut blocks: Vec<GcChan> = Vec::new();
+            for (channel, list) in per_channel {
+                blocks.push(GcChan {
+                    channel,
+                    first: entries.len() as u32,
+                    nsteps: list.len() as u32,
+                    pad: 0,
+                });
+                entries.extend(list);
+            }
+            parts.push(Part {
+                dtype: dt,
+                items,
+                blocks,
+                entries,
             });
-            entries.extend(list);
         }
         let sbytes = std::mem::size_of_val(steps);
-        let ebytes = std::mem::size_of_val(entries.as_slice());
-        let bbytes = std::mem::size_of_val(blocks.as_slice());
-        let ibytes = std::mem::size_of_val(items.as_slice());
-        let total = sbytes + ebytes + bbytes + ibytes;
+        let total = sbytes
+            + parts
+                .iter()
+                .map(|p| {
+                    std::mem::size_of_val(p.blocks.as_slice())
+                        + std::mem::size_of_val(p.entries.as_slice())
+                        + std::mem::size_of_val(p.items.as_slice())
+                })
+                .sum::<usize>();
         let work = self.take_work(total)?;
         let dbase = work.dev.ptr;
-        for a in items.iter_mut() {
-            a.steps = dbase;
-            a.chans = 0;
-        }
-        let parts: [(*const u8, usize); 4] = [
-            (steps.as_ptr() as *const u8, sbytes),
-            (entries.as_ptr() as *const u8, ebytes),
-            (blocks.as_ptr() as *const u8, bbytes),
-            (items.as_ptr() as *const u8, ibytes),
-        ];
-        let mut at = 0;
-        for (src, len) in parts {
-            // SAFETY: each part is a live repr(C) slice of `len` bytes (no
+        let mut at = 0usize;
+        let mut put = |src: *const u8, len: usize| -> u64 {
+            // SAFETY: `src` is a live repr(C) slice of `len` bytes (no
             // padding: sizes asserted in abi.rs); the pinned buffer holds
-            // `total` bytes and is ours until this submission completed.
+            // `total` bytes, the sum of every part, and is ours until this
+            // submission completed.
             unsafe { std::ptr::copy_nonoverlapping(src, work.host.host.add(at), len) };
+            let dev = dbase + at as u64;
             at += len;
+            dev
+        };
+        put(steps.as_ptr() as *const u8, sbytes);
+        let mut out = Vec::with_capacity(parts.len());
+        for p in parts.iter_mut() {
+            for a in p.items.iter_mut() {
+                a.steps = dbase;
+                a.chans = 0;
+                a.items = 0;
+                a.entries = 0;
+            }
+            let dblocks = put(
+                p.blocks.as_ptr() as *const u8,
+                std::mem::size_of_val(p.blocks.as_slice()),
+            );
+            let dentries = put(
+                p.entries.as_ptr() as *const u8,
+                std::mem::size_of_val(p.entries.as_slice()),
+            );
+            let ditems = put(
+                p.items.as_ptr() as *const u8,
+                std::mem::size_of_val(p.items.as_slice()),
+            );
+            let mut head = p.items[0];
+            head.chans = dblocks;
+            head.entries = dentries;
+            head.items = ditems;
+            out.push((p.dtype, head, p.blocks.len() as u32));
         }
         // SAFETY: device and pinned buffers hold `total` bytes; kernels that
         // read the copy are queued after it on the same stream.
         unsafe { driver::memcpy_htod_async(dbase, work.host.host, total, stream)? };
-        let g = GcGroupArgs {
-            items: dbase + (sbytes + ebytes + bbytes) as u64,
-            entries: dbase + sbytes as u64,
-            blocks: dbase + (sbytes + ebytes) as u64,
-            pad: 0,
-        };
         res.work = Some(work);
-        Ok((g, blocks.len() as u32))
+        Ok(out)
     }
 
     /// Queue `launch`. A `blocking` submission records no event: its caller
@@ -1900,7 +1921,7 @@ impl Inner {
             .filter(|i| matches!(i, Item::Steps { .. }))
             .count();
         let group_launch = if group && steps_items > 1 {
-            Some(self.upload_group(&steps, &chans, &mut launches, &mut res, stream)?)
+            Some(self.upload_group(&steps, &chans, &launches, &mut res, stream)?)
         } else {
             None
         };
@@ -1980,13 +2001,24 @@ impl Inner {
             }
         }
         pending.res = Some(res);
-        if let Some((mut g, grid)) = group_launch {
-            let mut params = [&mut g as *mut GcGroupArgs as *mut c_void];
-            // SAFETY: one GcGroupArgs by value as gc_group expects; the
-            // tables it points to belong to this submission's work buffer
-            // (held by `pending` until completion), the buffers of every
-            // item stay valid until the event below completed.
-            unsafe { driver::launch(self.group_func, grid, THREADS, stream, &mut params)? };
+        if let Some(parts) = group_launch {
+            for (dtype, mut args, grid) in parts {
+                let mut params = [&mut args as *mut GcArgs as *mut c_void];
+                // SAFETY: one GcArgs by value as the kernel expects; the
+                // tables it points to belong to this submission's work
+                // buffer (held by `pending` until completion, or kept for a
+                // captured graph), the buffers of every call stay valid
+                // until the work completed.
+                unsafe {
+                    driver::launch(
+                        self.funcs[dtype as usize],
+                        grid,
+                        THREADS,
+                        stream,
+                        &mut params,
+                    )?
+                };
+            }
             launches.clear();
         }
         for item in launches {
