@@ -162,6 +162,34 @@ fn buffer(
     })
 }
 
+/// The buffers of one call: in place (`recv`, holding the larger of the two
+/// lengths), or separate; a side whose length is `None` does not exist on
+/// this rank (a non-root's receive buffer of reduce, say).
+fn layout(
+    in_place: bool,
+    send: *const c_void,
+    send_len: Option<u64>,
+    recv: *mut c_void,
+    recv_len: Option<u64>,
+    dtype: Datatype,
+    on_stream: bool,
+) -> Result<Args> {
+    if in_place {
+        let len = send_len.unwrap_or(0).max(recv_len.unwrap_or(0));
+        return Ok(Args::InPlace(buffer(
+            recv, len, dtype, "in-place", on_stream,
+        )?));
+    }
+    Ok(Args::Separate {
+        send: send_len
+            .map(|n| buffer(send, n, dtype, "send", on_stream))
+            .transpose()?,
+        recv: recv_len
+            .map(|n| buffer(recv, n, dtype, "receive", on_stream))
+            .transpose()?,
+    })
+}
+
 fn times(count: u64, size: usize) -> Result<u64> {
     count
         .checked_mul(size as u64)
@@ -237,14 +265,8 @@ impl Communicator {
         stream: Option<CudaStreamRaw>,
     ) -> Result<()> {
         let s = self.raw_mode(stream.is_some());
-        let args = if std::ptr::eq(send, recv) {
-            Args::InPlace(buffer(recv, count, dtype, "in-place", s)?)
-        } else {
-            Args::Separate {
-                send: Some(buffer(send, count, dtype, "send", s)?),
-                recv: Some(buffer(recv, count, dtype, "receive", s)?),
-            }
-        };
+        let in_place = std::ptr::eq(send, recv);
+        let args = layout(in_place, send, Some(count), recv, Some(count), dtype, s)?;
         self.raw_call(CollKind::AllReduce, args, op, 0, stream)
     }
 
@@ -267,18 +289,9 @@ impl Communicator {
     ) -> Result<()> {
         let s = self.raw_mode(stream.is_some());
         let is_root = root == self.rank();
-        let args = if is_root && std::ptr::eq(send, recv) {
-            Args::InPlace(buffer(recv, count, dtype, "in-place", s)?)
-        } else {
-            Args::Separate {
-                send: Some(buffer(send, count, dtype, "send", s)?),
-                recv: if is_root {
-                    Some(buffer(recv, count, dtype, "receive", s)?)
-                } else {
-                    None
-                },
-            }
-        };
+        let in_place = is_root && std::ptr::eq(send, recv);
+        let recv_len = is_root.then_some(count);
+        let args = layout(in_place, send, Some(count), recv, recv_len, dtype, s)?;
         self.raw_call(CollKind::Reduce, args, op, root, stream)
     }
 
@@ -329,16 +342,9 @@ impl Communicator {
         let s = self.raw_mode(stream.is_some());
         let total = times(count, self.size())?;
         let recv_c = recv as *const c_void;
-        let args = if count > 0
-            && (send == recv_c || is_block_of(send, recv_c, self.rank(), count, dtype))
-        {
-            Args::InPlace(buffer(recv, total, dtype, "in-place", s)?)
-        } else {
-            Args::Separate {
-                send: Some(buffer(send, count, dtype, "send", s)?),
-                recv: Some(buffer(recv, total, dtype, "receive", s)?),
-            }
-        };
+        let in_place =
+            count > 0 && (send == recv_c || is_block_of(send, recv_c, self.rank(), count, dtype));
+        let args = layout(in_place, send, Some(count), recv, Some(total), dtype, s)?;
         self.raw_call(CollKind::AllGather, args, ReduceOp::Sum, 0, stream)
     }
 
@@ -361,14 +367,8 @@ impl Communicator {
     ) -> Result<()> {
         let s = self.raw_mode(stream.is_some());
         let total = times(count, self.size())?;
-        let args = if std::ptr::eq(send, recv) {
-            Args::InPlace(buffer(recv, total, dtype, "in-place", s)?)
-        } else {
-            Args::Separate {
-                send: Some(buffer(send, total, dtype, "send", s)?),
-                recv: Some(buffer(recv, count, dtype, "receive", s)?),
-            }
-        };
+        let in_place = std::ptr::eq(send, recv);
+        let args = layout(in_place, send, Some(total), recv, Some(count), dtype, s)?;
         self.raw_call(CollKind::ReduceScatter, args, op, 0, stream)
     }
 
@@ -388,14 +388,8 @@ impl Communicator {
     ) -> Result<()> {
         let s = self.raw_mode(stream.is_some());
         let total = times(count, self.size())?;
-        let args = if std::ptr::eq(send, recv) {
-            Args::InPlace(buffer(recv, total, dtype, "in-place", s)?)
-        } else {
-            Args::Separate {
-                send: Some(buffer(send, total, dtype, "send", s)?),
-                recv: Some(buffer(recv, total, dtype, "receive", s)?),
-            }
-        };
+        let in_place = std::ptr::eq(send, recv);
+        let args = layout(in_place, send, Some(total), recv, Some(total), dtype, s)?;
         self.raw_call(CollKind::AllToAll, args, ReduceOp::Sum, 0, stream)
     }
 
@@ -421,21 +415,11 @@ impl Communicator {
         let is_root = root == self.rank();
         let total = times(count, self.size())?;
         let recv_c = recv as *const c_void;
-        let args = if is_root
+        let in_place = is_root
             && count > 0
-            && (send == recv_c || is_block_of(send, recv_c, root, count, dtype))
-        {
-            Args::InPlace(buffer(recv, total, dtype, "in-place", s)?)
-        } else {
-            Args::Separate {
-                send: Some(buffer(send, count, dtype, "send", s)?),
-                recv: if is_root {
-                    Some(buffer(recv, total, dtype, "receive", s)?)
-                } else {
-                    None
-                },
-            }
-        };
+            && (send == recv_c || is_block_of(send, recv_c, root, count, dtype));
+        let recv_len = is_root.then_some(total);
+        let args = layout(in_place, send, Some(count), recv, recv_len, dtype, s)?;
         self.raw_call(CollKind::Gather, args, ReduceOp::Sum, root, stream)
     }
 
@@ -459,18 +443,9 @@ impl Communicator {
         let s = self.raw_mode(stream.is_some());
         let is_root = root == self.rank();
         let total = times(count, self.size())?;
-        let args = if is_root && std::ptr::eq(send, recv) {
-            Args::InPlace(buffer(recv, total, dtype, "in-place", s)?)
-        } else {
-            Args::Separate {
-                send: if is_root {
-                    Some(buffer(send, total, dtype, "send", s)?)
-                } else {
-                    None
-                },
-                recv: Some(buffer(recv, count, dtype, "receive", s)?),
-            }
-        };
+        let in_place = is_root && std::ptr::eq(send, recv);
+        let send_len = is_root.then_some(total);
+        let args = layout(in_place, send, send_len, recv, Some(count), dtype, s)?;
         self.raw_call(CollKind::Scatter, args, ReduceOp::Sum, root, stream)
     }
 
