@@ -162,12 +162,44 @@ __device__ __forceinline__ T elem_value_first(const PieceShared& s, uint64_t i, 
   return v;
 }
 
+// Element-wise work on one 16-byte pack of T: the pre-op scale, the
+// combine of `x` into `acc`, the post-op division.
+template <typename T>
+__device__ __forceinline__ void scale_pack(uint4& x, const GcArgs& a) {
+  constexpr int E = 16 / sizeof(T);
+  T v[E];
+  memcpy(v, &x, 16);
+#pragma unroll
+  for (int e = 0; e < E; e++) v[e] = Arith<T>::scale(v[e], a);
+  memcpy(&x, v, 16);
+}
+
+template <typename T, uint32_t OP>
+__device__ __forceinline__ void combine_pack(uint4& acc, const uint4& x) {
+  constexpr int E = 16 / sizeof(T);
+  T v[E], w[E];
+  memcpy(v, &acc, 16);
+  memcpy(w, &x, 16);
+#pragma unroll
+  for (int e = 0; e < E; e++) v[e] = combine<T, OP>(v[e], w[e]);
+  memcpy(&acc, v, 16);
+}
+
+template <typename T>
+__device__ __forceinline__ void div_pack(uint4& x, uint64_t d) {
+  constexpr int E = 16 / sizeof(T);
+  T v[E];
+  memcpy(v, &x, 16);
+#pragma unroll
+  for (int e = 0; e < E; e++) v[e] = Arith<T>::div(v[e], d);
+  memcpy(&x, v, 16);
+}
+
 // U consecutive-stride 16-byte packs (k, k + nt, ...) of one piece: every
 // load is issued before the first combine, so each thread keeps U loads per
 // input in flight (one outstanding 16-byte load per thread cannot fill a link).
 template <typename T, uint32_t OP, int U>
 __device__ __forceinline__ void packs(const PieceShared& s, const GcArgs& a, uint64_t k, uint64_t nt) {
-  constexpr int E = 16 / sizeof(T);
   uint4 acc[U];
   int have = 0;
   if (s.src) {
@@ -175,13 +207,7 @@ __device__ __forceinline__ void packs(const PieceShared& s, const GcArgs& a, uin
     for (int u = 0; u < U; u++) acc[u] = *reinterpret_cast<const uint4*>(s.src + (k + u * nt) * 16);
     if (s.pre) {
 #pragma unroll
-      for (int u = 0; u < U; u++) {
-        T v[E];
-        memcpy(v, &acc[u], 16);
-#pragma unroll
-        for (int e = 0; e < E; e++) v[e] = Arith<T>::scale(v[e], a);
-        memcpy(&acc[u], v, 16);
-      }
+      for (int u = 0; u < U; u++) scale_pack<T>(acc[u], a);
     }
     have = 1;
   }
@@ -191,14 +217,7 @@ __device__ __forceinline__ void packs(const PieceShared& s, const GcArgs& a, uin
     for (int u = 0; u < U; u++) x[u] = ld_vol128(s.rp[r] + (k + u * nt) * 16);
     if (have) {
 #pragma unroll
-      for (int u = 0; u < U; u++) {
-        T v[E], w[E];
-        memcpy(v, &acc[u], 16);
-        memcpy(w, &x[u], 16);
-#pragma unroll
-        for (int e = 0; e < E; e++) v[e] = combine<T, OP>(v[e], w[e]);
-        memcpy(&acc[u], v, 16);
-      }
+      for (int u = 0; u < U; u++) combine_pack<T, OP>(acc[u], x[u]);
     } else {
 #pragma unroll
       for (int u = 0; u < U; u++) acc[u] = x[u];
@@ -207,13 +226,7 @@ __device__ __forceinline__ void packs(const PieceShared& s, const GcArgs& a, uin
   }
   if (s.post) {
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-      T v[E];
-      memcpy(v, &acc[u], 16);
-#pragma unroll
-      for (int e = 0; e < E; e++) v[e] = Arith<T>::div(v[e], a.div);
-      memcpy(&acc[u], v, 16);
-    }
+    for (int u = 0; u < U; u++) div_pack<T>(acc[u], a.div);
   }
   for (int w = 0; w < s.nw; w++) {
 #pragma unroll
@@ -222,8 +235,8 @@ __device__ __forceinline__ void packs(const PieceShared& s, const GcArgs& a, uin
 }
 
 // value = pre(src) (+) recv[0] (+) recv[1] ... ; post-op; written to every output.
-// GC_UNROLL: 16-byte packs in flight per thread and input (4 or 8; the
-// gc_run8_* kernels use 8).
+// GC_UNROLL: 16-byte packs in flight per thread and input (the gc_run_*
+// kernels use 8).
 template <typename T, uint32_t OP, int GC_UNROLL>
 __device__ void compute(const PieceShared& s, const GcArgs& a) {
   const uint64_t n = s.n;
@@ -614,7 +627,6 @@ __device__ void run_block(const GcArgs& a) {
 
 template <typename T, uint32_t OP, int U>
 __device__ __forceinline__ void direct_packs(const GcDirectArgs& a, uint64_t off, uint64_t poff, uint64_t k, uint64_t nt, const GcArgs& sa) {
-  constexpr int E = 16 / sizeof(T);
   const bool pre = a.flags & GC_FLAG_PRE_OP;
   uint4 acc[U];
   for (uint32_t p = 0; p < a.nranks; p++) {
@@ -624,13 +636,7 @@ __device__ __forceinline__ void direct_packs(const GcDirectArgs& a, uint64_t off
       for (int u = 0; u < U; u++) x[u] = *reinterpret_cast<const uint4*>(a.input + off + (k + u * nt) * 16);
       if (pre) {
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-          T v[E];
-          memcpy(v, &x[u], 16);
-#pragma unroll
-          for (int e = 0; e < E; e++) v[e] = Arith<T>::scale(v[e], sa);
-          memcpy(&x[u], v, 16);
-        }
+        for (int u = 0; u < U; u++) scale_pack<T>(x[u], sa);
       }
     } else {
 #pragma unroll
@@ -641,25 +647,12 @@ __device__ __forceinline__ void direct_packs(const GcDirectArgs& a, uint64_t off
       for (int u = 0; u < U; u++) acc[u] = x[u];
     } else {
 #pragma unroll
-      for (int u = 0; u < U; u++) {
-        T v[E], w[E];
-        memcpy(v, &acc[u], 16);
-        memcpy(w, &x[u], 16);
-#pragma unroll
-        for (int e = 0; e < E; e++) v[e] = combine<T, OP>(v[e], w[e]);
-        memcpy(&acc[u], v, 16);
-      }
+      for (int u = 0; u < U; u++) combine_pack<T, OP>(acc[u], x[u]);
     }
   }
   if (a.flags & GC_FLAG_POST_OP) {
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-      T v[E];
-      memcpy(v, &acc[u], 16);
-#pragma unroll
-      for (int e = 0; e < E; e++) v[e] = Arith<T>::div(v[e], a.div);
-      memcpy(&acc[u], v, 16);
-    }
+    for (int u = 0; u < U; u++) div_pack<T>(acc[u], a.div);
   }
 #pragma unroll
   for (int u = 0; u < U; u++) *reinterpret_cast<uint4*>(a.output + off + (k + u * nt) * 16) = acc[u];
@@ -667,19 +660,12 @@ __device__ __forceinline__ void direct_packs(const GcDirectArgs& a, uint64_t off
 
 template <typename T, int U>
 __device__ __forceinline__ void direct_push(const GcDirectArgs& a, uint64_t off, uint64_t poff, uint64_t k, uint64_t nt, const GcArgs& sa) {
-  constexpr int E = 16 / sizeof(T);
   uint4 x[U];
 #pragma unroll
   for (int u = 0; u < U; u++) x[u] = *reinterpret_cast<const uint4*>(a.input + off + (k + u * nt) * 16);
   if (a.flags & GC_FLAG_PRE_OP) {
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-      T v[E];
-      memcpy(v, &x[u], 16);
-#pragma unroll
-      for (int e = 0; e < E; e++) v[e] = Arith<T>::scale(v[e], sa);
-      memcpy(&x[u], v, 16);
-    }
+    for (int u = 0; u < U; u++) scale_pack<T>(x[u], sa);
   }
   for (uint32_t p = 0; p < a.nranks; p++) {
     if (p == a.rank) continue;
