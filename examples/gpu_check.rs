@@ -31,10 +31,10 @@ fn main() {
 mod imp {
     use gpucoll::backend::cuda::{CudaBackend, CudaStream, DeviceBuffer};
     use gpucoll::backend::{Backend, BoundPlan, Launch};
-    use gpucoll::coll::task::Task;
     use gpucoll::config::Config;
     use gpucoll::graph::Graph;
     use gpucoll::mpi::MpiComm;
+    use gpucoll::task::Task;
     use gpucoll::topo::Topology;
     use gpucoll::tune::Tuner;
     use gpucoll::{

@@ -6,8 +6,8 @@
 
 use crate::config::Config;
 use crate::enqueue::Engine;
-use crate::env::Runtime;
 use crate::error::{Error, Result};
+use crate::mpi::Runtime;
 use crate::mpi::{self, MpiComm};
 use crate::topo::Topology;
 use std::collections::HashMap;

@@ -4,12 +4,12 @@
 
 use crate::backend::{Backend, BoundPlan, Launch, PendingWork};
 use crate::buffer::RawBuffer;
-use crate::coll::task::{CollKind, Task};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::mpi::MpiComm;
 use crate::plan::{self, Plan};
+use crate::task::{CollKind, Task};
 use crate::topo::Topology;
 use crate::tune::Tuner;
 use std::collections::HashMap;

@@ -36,6 +36,7 @@ pub mod op;
 pub mod plan;
 pub mod reference;
 pub mod request;
+pub mod task;
 pub mod topo;
 pub mod tune;
 
@@ -44,7 +45,6 @@ pub use backend::cuda::{
     memory_kind_of, CudaGraph, CudaStream, DeviceBuffer, DeviceView, DeviceViewMut,
 };
 pub use buffer::{Buffer, BufferMut, MemoryKind, RawBuffer};
-pub use coll::task::CollKind;
 pub use coll::{CudaStreamRaw, Group, Process};
 pub use comm::Communicator;
 pub use datatype::{Datatype, Equivalence};
@@ -53,6 +53,7 @@ pub use error::{Error, Result};
 pub use half::{bf16, f16};
 pub use op::ReduceOp;
 pub use request::{scope, Request, Scope};
+pub use task::CollKind;
 
 /// Everything a typical program needs.
 pub mod prelude {

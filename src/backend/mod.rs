@@ -12,7 +12,7 @@ pub mod host;
 use crate::buffer::{MemoryKind, RawBuffer};
 use crate::error::{Error, Result};
 use crate::plan::Plan;
-use crate::tune::Protocol;
+pub use crate::tune::caps::{BackendCaps, LinkCost};
 use std::sync::Arc;
 
 /// A plan bound to the buffers of one call.
@@ -38,39 +38,6 @@ pub struct Launch {
     /// default stream) for [`Backend::enqueue`]; None: the backend's own
     /// execution (its stream or threads), as for `submit` and `run`.
     pub stream: Option<u64>,
-}
-
-/// Transport costs a backend reports to the tuner: per channel, per hop.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LinkCost {
-    /// Fixed cost of one pipeline step (µs).
-    pub latency_us: f64,
-    /// Bandwidth one channel reaches on this link (GB/s).
-    pub bandwidth_gbs: f64,
-}
-
-/// What a backend can do; agreed across ranks (min/max) before tuning.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BackendCaps {
-    /// Protocols the backend implements.
-    pub protocols: Vec<Protocol>,
-    /// Most channels a plan may use.
-    pub max_channels: usize,
-    /// Bytes of one FIFO slot (per protocol the backend may scale this).
-    pub slot_bytes: u64,
-    /// Slots per FIFO (NCCL's STEPS).
-    pub fifo_slots: u64,
-    /// Cost of a hop within a node.
-    pub intra: LinkCost,
-    /// Cost of a hop between nodes.
-    pub inter: LinkCost,
-    /// Fixed cost of launching one submission (µs).
-    pub launch_us: f64,
-    /// Whether a direct path (every peer mapped) exists within a node.
-    pub direct: bool,
-    /// Protocols of the direct one-shot all_reduce (`protocols` applies to
-    /// every other plan).
-    pub direct_protocols: Vec<Protocol>,
 }
 
 /// Work in flight on a backend.
@@ -179,7 +146,7 @@ fn no_streams(backend: &str) -> Error {
 /// everywhere else. The ranks agree on the choice first: a communicator
 /// whose ranks picked different backends would deadlock.
 pub(crate) fn create(
-    runtime: &crate::env::Runtime,
+    runtime: &crate::mpi::Runtime,
     mpi: Arc<crate::mpi::MpiComm>,
     topo: &crate::topo::Topology,
     config: &crate::config::Config,

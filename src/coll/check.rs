@@ -1,11 +1,11 @@
 //! Argument checks: everything a single rank can see is wrong is reported
 //! here, before any data moves, and leaves the communicator usable.
 
-use super::task::{CollKind, Task};
 use crate::buffer::{MemoryKind, RawBuffer};
 use crate::enqueue::Call;
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
+use crate::task::{CollKind, Task};
 
 /// The buffers of a call as the user passed them.
 #[derive(Debug, Clone, Copy)]

@@ -3,12 +3,12 @@
 
 use super::check::Args;
 use super::separate;
-use super::task::CollKind;
 use crate::buffer::{Buffer, BufferMut};
 use crate::comm::Communicator;
 use crate::enqueue::Call;
 use crate::error::Result;
 use crate::op::ReduceOp;
+use crate::task::CollKind;
 use std::marker::PhantomData;
 
 /// Collects the collectives of [`Communicator::group`]. Buffers are

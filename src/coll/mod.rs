@@ -10,7 +10,6 @@ mod check;
 mod group;
 mod process;
 pub mod raw;
-pub mod task;
 
 pub use group::Group;
 pub use process::Process;
@@ -22,8 +21,8 @@ use crate::enqueue::Call;
 use crate::error::Result;
 use crate::op::ReduceOp;
 use crate::request::{Request, Scope};
+use crate::task::CollKind;
 use check::Args;
-use task::CollKind;
 
 pub(crate) fn separate<S, R>(send: &S, recv: &mut R) -> Args
 where
@@ -296,7 +295,7 @@ impl Communicator {
     }
 
     /// Run any collective on raw buffers (for generic drivers such as the
-    /// bench and the MPI shim). Lengths follow [`task::Task`]'s
+    /// bench and the MPI shim). Lengths follow [`Task`](crate::task::Task)'s
     /// conventions as seen from the buffers: `send`/`recv` are what the
     /// typed method of `kind` would take; with `in_place` only `recv` is used.
     ///

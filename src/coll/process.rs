@@ -2,12 +2,12 @@
 
 use super::check::Args;
 use super::separate;
-use super::task::CollKind;
 use crate::buffer::{Buffer, BufferMut};
 use crate::comm::Communicator;
 use crate::error::Result;
 use crate::op::ReduceOp;
 use crate::request::{Request, Scope};
+use crate::task::CollKind;
 
 /// A rank of a communicator seen as the root of a collective.
 ///

@@ -9,11 +9,14 @@
 //! aborting the job.
 
 pub(crate) mod ffi;
+mod runtime;
 mod typed;
+
+pub(crate) use runtime::Runtime;
+pub use runtime::Threading;
 
 pub(crate) use typed::set_piece_limit;
 
-use crate::env::{Runtime, Threading};
 use crate::error::{Error, Result};
 use ffi::{MPI_Comm, MPI_Request};
 use std::fmt;
@@ -170,7 +173,7 @@ pub struct MpiComm {
     owned: bool,
     rank: usize,
     size: usize,
-    /// Keeps MPI initialized while this handle lives (see `env::Runtime`):
+    /// Keeps MPI initialized while this handle lives (see [`Runtime`]):
     /// the comm is freed before MPI can be finalized.
     keep_alive: Option<Arc<Runtime>>,
 }

@@ -6,7 +6,7 @@
 //! `me + d` and receives from `me - d`, so every send meets a receive in the
 //! peer's round of the same number and no cycle of waits can form.
 
-use super::build::{flow, own_input, Ctx};
+use super::ctx::{flow, own_input, Ctx};
 use super::{Flow, Peers, Region, Step};
 
 /// all_to_all: copy my own block, then, chunk by chunk, send to every peer

@@ -2,6 +2,7 @@
 //! lists of [`Step`]s that every backend executes the same way.
 
 mod build;
+mod ctx;
 mod direct;
 mod ring;
 #[cfg(test)]
@@ -13,8 +14,8 @@ pub use build::build;
 
 pub use step::{BufId, Flow, Peers, Region, Step, MAX_STEP_PEERS};
 
-use crate::coll::task::Task;
 use crate::op::Reduction;
+use crate::task::Task;
 use crate::tune::{Algorithm, Protocol};
 
 /// The work of one channel: its steps, in order.

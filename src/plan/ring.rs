@@ -6,7 +6,7 @@
 //! receives, so at most one chunk per rank is in flight beyond what has been
 //! drained; with chunks of at most half a FIFO the ring never fills up.
 
-use super::build::{flow, own_input, Ctx};
+use super::ctx::{flow, own_input, Ctx};
 use super::{Flow, Peers, Region, Step};
 
 /// Ring all_reduce over `[s, e)`: per block of `n × chunk` elements split

@@ -453,13 +453,13 @@ pub(crate) fn simulate<T: Elem>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{BackendCaps, LinkCost};
-    use crate::coll::task::{CollKind, Task};
     use crate::datatype::Datatype;
     use crate::graph::Graph;
     use crate::op::{ReduceOp, Reduction};
     use crate::plan::build;
+    use crate::task::{CollKind, Task};
     use crate::topo::Topology;
+    use crate::tune::caps::{BackendCaps, LinkCost};
     use crate::tune::{Algorithm, Choice, Protocol};
 
     /// FIFO/chunk geometries (bytes): (nchannels, chunk, slot, fifo slots).
@@ -843,14 +843,14 @@ mod tests {
             Step::Flow(Flow {
                 recv: Peers::one(from),
                 dst: Some(Region::output(0)),
-                ..crate::plan::build::flow(count)
+                ..crate::plan::ctx::flow(count)
             })
         };
         let send = |to, count| {
             Step::Flow(Flow {
                 send: Peers::one(to),
                 src: Some(Region::input(0)),
-                ..crate::plan::build::flow(count)
+                ..crate::plan::ctx::flow(count)
             })
         };
         let mems = || {

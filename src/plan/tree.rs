@@ -8,7 +8,7 @@
 //! directions overlap; this needs one chunk of buffering on each link, which
 //! a chunk of at most half a FIFO provides.
 
-use super::build::{flow, own_input, Ctx};
+use super::ctx::{flow, own_input, Ctx};
 use super::{Flow, Peers, Region, Step};
 
 pub(crate) fn all_reduce(cx: &Ctx<'_>, channel: usize, s: u64, e: u64, steps: &mut Vec<Step>) {

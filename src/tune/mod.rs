@@ -3,6 +3,7 @@
 //! communicator creation, so all ranks compute the same choice without
 //! talking to each other.
 
+pub mod caps;
 pub mod model;
 mod tuner;
 

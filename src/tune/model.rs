@@ -10,8 +10,8 @@
 //! `2(n-1)/n` of the buffer over every link, a tree all_reduce the whole
 //! buffer up and down).
 
-use crate::backend::{BackendCaps, LinkCost};
-use crate::coll::task::CollKind;
+use super::caps::{BackendCaps, LinkCost};
+use crate::task::CollKind;
 use crate::tune::{Algorithm, Protocol};
 
 /// The topology facts the model needs (agreed on all ranks).

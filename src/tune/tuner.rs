@@ -2,11 +2,11 @@
 //! call from the cost model, the backend's capabilities and the
 //! `GPUCOLL_ALGO` / `GPUCOLL_PROTO` / `GPUCOLL_NCHANNELS` overrides.
 
+use super::caps::BackendCaps;
 use super::model::{self, Shape};
 use super::{Algorithm, Choice, Protocol};
-use crate::backend::BackendCaps;
-use crate::coll::task::{CollKind, Task};
 use crate::config::Config;
+use crate::task::{CollKind, Task};
 use crate::topo::Topology;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -278,9 +278,9 @@ fn task_bytes(task: &Task, nranks: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::LinkCost;
     use crate::datatype::Datatype;
     use crate::op::ReduceOp;
+    use crate::tune::caps::LinkCost;
 
     fn caps(direct: bool) -> BackendCaps {
         BackendCaps {

@@ -13,7 +13,7 @@ use super::driver::{self, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream, 
 use super::memory::{bind, DevMem, DeviceCtx, PinnedMem};
 use super::net::{self, NetLayout, NetProxy};
 use super::shm::{self, Segment};
-use crate::backend::{Backend, BackendCaps, Launch, LinkCost, PendingWork};
+use crate::backend::{Backend, BackendCaps, Launch, PendingWork};
 use crate::buffer::{MemoryKind, RawBuffer};
 use crate::config::Config;
 use crate::datatype::Datatype;
@@ -22,6 +22,9 @@ use crate::mpi::MpiComm;
 use crate::op::Combine;
 use crate::plan::{BufId, Region, Step};
 use crate::topo::Topology;
+use crate::tune::caps::links::{
+    CUDA_LAUNCH_US as LAUNCH_US, CUDA_P2P as INTRA_P2P, CUDA_SHM as INTRA_SHM, MPI_NET as INTER,
+};
 use crate::tune::Protocol;
 use std::collections::VecDeque;
 use std::ffi::c_void;
@@ -83,25 +86,6 @@ const STEP_CACHE_ENTRIES: usize = 16;
 const STEP_CACHE_MAX_BYTES: usize = 64 << 10;
 /// Completion events kept for reuse.
 const EVENT_POOL_MAX: usize = 256;
-
-/// Per channel (one block of 512 threads) over NVLink, measured on 2×H200
-/// (NV18): 64 channels reach ≈ 330 GB/s on a 1 GiB ring all_reduce, so a
-/// channel's share is ≈ 5.2 GB/s; a piece costs ≈ 3 µs of flags.
-const INTRA_P2P: LinkCost = LinkCost {
-    latency_us: 3.0,
-    bandwidth_gbs: 5.5,
-};
-const INTRA_SHM: LinkCost = LinkCost {
-    latency_us: 6.0,
-    bandwidth_gbs: 5.0,
-};
-/// Per channel and inter-node hop (NET: proxy thread + MPI message pair).
-/// An estimate, not calibrated yet.
-const INTER: LinkCost = LinkCost {
-    latency_us: 10.0,
-    bandwidth_gbs: 3.0,
-};
-const LAUNCH_US: f64 = 6.0;
 
 /// Most ranks and blocks of the direct (one-shot) kernels (`GC_DIRECT_MAX_*`).
 const DIRECT_MAX_RANKS: usize = 8;
@@ -797,7 +781,7 @@ impl CudaBackend {
         // The NET proxy thread calls MPI while the caller's thread may too.
         let threads = if multi {
             match crate::mpi::query_thread() {
-                Ok(crate::env::Threading::Multiple) => Ok(()),
+                Ok(crate::mpi::Threading::Multiple) => Ok(()),
                 Ok(t) => Err(Error::Backend(format!(
                     "the CUDA backend needs MPI_THREAD_MULTIPLE for a communicator that spans \
                      {} nodes (its NET proxy thread calls MPI), but MPI provides {t:?}; \
@@ -1426,7 +1410,7 @@ impl Inner {
         let bytes = task.count.saturating_mul(dtype.size() as u64);
         if !self.layout.direct
             || plan.algorithm != crate::tune::Algorithm::Direct
-            || task.kind != crate::coll::task::CollKind::AllReduce
+            || task.kind != crate::task::CollKind::AllReduce
             || task.count == 0
             || bytes > DIRECT_MAX_BYTES
             || self.bases.len() != self.nranks

@@ -26,7 +26,7 @@
 //! This module holds every raw access to connector memory; callers get
 //! plain pointers to slots they own under the protocol.
 
-use crate::coll::task::{CollKind, Task};
+use crate::task::{CollKind, Task};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};

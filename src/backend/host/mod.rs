@@ -24,11 +24,12 @@ pub mod reduce;
 pub mod shm;
 pub mod worker;
 
-use crate::backend::{Backend, BackendCaps, Launch, LinkCost, PendingWork};
+use crate::backend::{Backend, Launch, PendingWork};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::mpi::MpiComm;
 use crate::topo::Topology;
+use crate::tune::caps::{links, BackendCaps};
 use crate::tune::Protocol;
 use exec::Fabric;
 use fifo::{FifoConn, FIFO_SLOTS};
@@ -43,20 +44,6 @@ use worker::{Pending, Worker};
 pub const MAX_CHANNELS: usize = 4;
 /// Default bytes per FIFO slot (`GPUCOLL_HOST_SLOT_BYTES` overrides).
 pub const DEFAULT_SLOT_BYTES: usize = 128 << 10;
-
-/// Measured roughly on a 2-core VM (memcpy-bound shared memory pipeline);
-/// the tuner only needs the order of magnitude.
-const INTRA: LinkCost = LinkCost {
-    latency_us: 2.0,
-    bandwidth_gbs: 6.0,
-};
-/// MPI point-to-point between nodes.
-const INTER: LinkCost = LinkCost {
-    latency_us: 10.0,
-    bandwidth_gbs: 3.0,
-};
-/// Queueing a launch to the worker and waking it.
-const LAUNCH_US: f64 = 5.0;
 
 /// State shared by the backend handle, its worker and channel threads.
 struct Inner {
@@ -397,9 +384,9 @@ impl HostBackend {
             max_channels: layout.channels,
             slot_bytes: slot_bytes as u64,
             fifo_slots: FIFO_SLOTS as u64,
-            intra: INTRA,
-            inter: INTER,
-            launch_us: LAUNCH_US,
+            intra: links::HOST_SHM,
+            inter: links::MPI_NET,
+            launch_us: links::HOST_LAUNCH_US,
             direct: false,
         };
         let worker = if threaded {

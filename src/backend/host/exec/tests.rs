@@ -6,9 +6,9 @@ use crate::backend::host::fifo::tests::Region as HeapRegion;
 use crate::backend::host::shm::SegLayout;
 use crate::backend::{BoundPlan, Launch};
 use crate::buffer::{Buffer, BufferMut};
-use crate::coll::task::{CollKind, Task};
 use crate::op::ReduceOp;
 use crate::plan::{ChannelWork, Peers};
+use crate::task::{CollKind, Task};
 use crate::tune::{Algorithm, Protocol};
 use std::sync::atomic::{AtomicBool, Ordering};
 
