@@ -2,6 +2,7 @@
 //! submission to the backend, in issue order, with one sequence number per
 //! collective that every rank counts the same way.
 
+use crate::backend::shared::failure::Failure;
 use crate::backend::{Backend, BoundPlan, Launch, PendingWork};
 use crate::buffer::RawBuffer;
 use crate::config::Config;
@@ -44,28 +45,12 @@ pub(crate) struct Call {
     pub output: RawBuffer,
 }
 
-/// Failure state shared with pending work, so that an error seen while
-/// waiting fails the communicator for every later call.
-#[derive(Default)]
-struct FailState {
-    reason: Mutex<Option<String>>,
-}
-
-impl FailState {
-    fn check(&self) -> Result<()> {
-        match &*self.reason.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some(r) => Err(Error::CommunicatorFailed(r.clone())),
-            None => Ok(()),
-        }
-    }
-
-    fn record(&self, err: &Error) {
-        if err.is_fatal() {
-            let mut g = self.reason.lock().unwrap_or_else(|e| e.into_inner());
-            if g.is_none() {
-                *g = Some(err.to_string());
-            }
-        }
+/// Record `err` in the engine's failure state if it fails the communicator
+/// (shared with pending work, so an error seen while waiting fails the
+/// communicator for every later call).
+fn record_fatal(failed: &Failure, err: &Error) {
+    if err.is_fatal() {
+        failed.record(err.to_string());
     }
 }
 
@@ -78,7 +63,7 @@ pub(crate) struct Engine {
     config: Config,
     /// Next sequence number; the lock also keeps submissions in issue order.
     next_seq: Mutex<u64>,
-    failed: Arc<FailState>,
+    failed: Arc<Failure>,
     /// Plans of recent tasks: tuning and planning depend only on the task
     /// (topology, graph, caps and config are fixed for the engine's life).
     plans: Mutex<HashMap<PlanKey, Arc<Plan>>>,
@@ -129,7 +114,7 @@ impl Engine {
             topo,
             config,
             next_seq: Mutex::new(0),
-            failed: Arc::new(FailState::default()),
+            failed: Arc::new(Failure::default()),
             plans: Mutex::new(HashMap::new()),
         }
     }
@@ -158,7 +143,7 @@ impl Engine {
     }
 
     pub(crate) fn abort(&self, reason: &str) {
-        self.failed.record(&Error::Aborted);
+        record_fatal(&self.failed, &Error::Aborted);
         self.backend.abort(reason);
     }
 
@@ -265,7 +250,7 @@ impl Engine {
         // Work queued earlier on a caller's stream failed: this call reports
         // that error (and fails the communicator for every later one).
         if let Some(e) = self.backend.async_error() {
-            self.failed.record(&e);
+            record_fatal(&self.failed, &e);
             return Err(e);
         }
         let mut next = self.next_seq.lock().unwrap_or_else(|e| e.into_inner());
@@ -294,7 +279,7 @@ impl Engine {
         })();
         drop(next);
         if let Err(e) = &result {
-            self.failed.record(e);
+            record_fatal(&self.failed, e);
         }
         result
     }
@@ -347,14 +332,14 @@ impl Drop for Engine {
 /// Pending work that records a fatal failure in the communicator's state.
 struct TrackedWork {
     inner: Box<dyn PendingWork>,
-    failed: Arc<FailState>,
+    failed: Arc<Failure>,
 }
 
 impl PendingWork for TrackedWork {
     fn wait(&mut self) -> Result<()> {
         let r = self.inner.wait();
         if let Err(e) = &r {
-            self.failed.record(e);
+            record_fatal(&self.failed, e);
         }
         r
     }
@@ -362,7 +347,7 @@ impl PendingWork for TrackedWork {
     fn test(&mut self) -> Result<bool> {
         let r = self.inner.test();
         if let Err(e) = &r {
-            self.failed.record(e);
+            record_fatal(&self.failed, e);
         }
         r
     }

@@ -8,6 +8,7 @@
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod host;
+pub(crate) mod shared;
 
 use crate::buffer::{MemoryKind, RawBuffer};
 use crate::error::{Error, Result};
@@ -151,6 +152,12 @@ pub(crate) fn create(
     topo: &crate::topo::Topology,
     config: &crate::config::Config,
 ) -> Result<Box<dyn Backend>> {
+    // Whichever backend runs, segments that crashed jobs of either backend
+    // left in /dev/shm go now.
+    let removed = shared::shm::cleanup_stale();
+    if removed > 0 {
+        tracing::info!("removed {removed} stale gpucoll shared memory segments");
+    }
     #[cfg(feature = "cuda")]
     {
         let use_cuda = match config.backend.as_deref() {

@@ -5,6 +5,7 @@
 //! with CUDA (`cuMemHostRegister`, device-mapped) so kernels reach it.
 
 use super::driver::{self, CUdeviceptr};
+use crate::backend::shared::shm::SegOwner;
 use crate::error::{Error, Result};
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -209,5 +210,5 @@ impl Drop for Segment {
 
 /// The segment name of `local_rank` in a communicator tagged `tag`.
 pub(crate) fn segment_name(pid: u32, tag: u64, local_rank: usize) -> String {
-    format!("/gpucoll-cuda-{pid}-{tag:016x}-{local_rank}")
+    crate::backend::shared::shm::segment_name(SegOwner::Cuda, pid, tag, local_rank)
 }

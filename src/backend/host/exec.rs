@@ -27,6 +27,7 @@
 use super::fifo::{self, FifoConn};
 use super::net::{self, ChannelNet};
 use super::reduce;
+use crate::backend::shared::validate::{self, plan_error, Limits};
 use crate::backend::{BoundPlan, Launch};
 use crate::buffer::{MemoryKind, RawBuffer};
 use crate::datatype::Datatype;
@@ -119,12 +120,6 @@ impl Prepared {
     }
 }
 
-fn plan_error(seq: u64, ch: usize, step: usize, msg: impl std::fmt::Display) -> Error {
-    Error::Backend(format!(
-        "invalid plan for collective #{seq}, channel {ch}, step {step}: {msg}"
-    ))
-}
-
 fn mem_of(buf: &RawBuffer, what: &str, seq: u64) -> Result<Mem> {
     if buf.len > 0 && buf.memory != MemoryKind::Host {
         return Err(Error::WrongMemory(format!(
@@ -157,40 +152,6 @@ impl Item {
         })
     }
 
-    fn check_region(
-        &self,
-        ch: usize,
-        i: usize,
-        region: Region,
-        count: u64,
-        write: bool,
-    ) -> Result<()> {
-        if self.region_ptr(region, count).is_none() {
-            let m = self.mem(region.buf);
-            debug_assert!(
-                false,
-                "plan reads past a buffer: {region:?} + {count} > {}",
-                m.elems
-            );
-            return Err(plan_error(
-                self.seq,
-                ch,
-                i,
-                format!(
-                    "elements {}..{} of the {:?} buffer, which holds {}",
-                    region.offset,
-                    region.offset.saturating_add(count),
-                    region.buf,
-                    m.elems
-                ),
-            ));
-        }
-        if write && region.buf == BufId::Input && !self.input_writable() {
-            return Err(plan_error(self.seq, ch, i, "writes into the input buffer"));
-        }
-        Ok(())
-    }
-
     /// In-place calls share input and output memory; only then may a plan
     /// write through the input.
     fn input_writable(&self) -> bool {
@@ -201,89 +162,18 @@ impl Item {
         self.plan.task.in_place || (a0 < b1 && b0 < a1)
     }
 
-    fn check_peer(&self, ch: usize, i: usize, peer: usize, nranks: usize) -> Result<()> {
-        if peer >= nranks {
-            return Err(plan_error(
-                self.seq,
-                ch,
-                i,
-                format!("peer {peer} of {nranks} ranks"),
-            ));
-        }
-        Ok(())
-    }
-
-    fn validate(&self, fab: &dyn FabricInfo) -> Result<()> {
-        let n = fab.nranks();
-        for cw in &self.plan.channels {
-            let ch = cw.channel;
-            if ch >= fab.channels() {
-                return Err(plan_error(
-                    self.seq,
-                    ch,
-                    0,
-                    format!("only {} channels", fab.channels()),
-                ));
-            }
-            for (i, step) in cw.steps.iter().enumerate() {
-                match step {
-                    Step::Flow(f) => {
-                        let inputs = f.recv.len() + f.src.is_some() as usize;
-                        let outputs = f.send.len() + f.dst.is_some() as usize;
-                        if !f.reduce && inputs > 1 {
-                            return Err(plan_error(self.seq, ch, i, "copy with several inputs"));
-                        }
-                        if inputs == 0 && (outputs > 0 || f.count > 0) {
-                            return Err(plan_error(self.seq, ch, i, "flow without input"));
-                        }
-                        for p in f.recv.iter().chain(f.send.iter()) {
-                            self.check_peer(ch, i, p, n)?;
-                            if p == fab.rank() {
-                                return Err(plan_error(self.seq, ch, i, "flow to or from itself"));
-                            }
-                        }
-                        if let Some(r) = f.src {
-                            self.check_region(ch, i, r, f.count, false)?;
-                        }
-                        if let Some(r) = f.dst {
-                            self.check_region(ch, i, r, f.count, true)?;
-                        }
-                    }
-                    Step::Exchange {
-                        to,
-                        src,
-                        from,
-                        dst,
-                        count,
-                    } => {
-                        self.check_peer(ch, i, *to, n)?;
-                        self.check_peer(ch, i, *from, n)?;
-                        self.check_region(ch, i, *src, *count, false)?;
-                        self.check_region(ch, i, *dst, *count, true)?;
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The part of [`Fabric`] validation needs (object safe).
-trait FabricInfo {
-    fn rank(&self) -> usize;
-    fn nranks(&self) -> usize;
-    fn channels(&self) -> usize;
-}
-
-impl<F: Fabric> FabricInfo for F {
-    fn rank(&self) -> usize {
-        Fabric::rank(self)
-    }
-    fn nranks(&self) -> usize {
-        Fabric::nranks(self)
-    }
-    fn channels(&self) -> usize {
-        Fabric::channels(self)
+    /// Check every step against this call's buffers and the fabric.
+    fn validate<F: Fabric>(&self, fab: &F) -> Result<()> {
+        let limits = Limits {
+            rank: fab.rank(),
+            nranks: fab.nranks(),
+            channels: fab.channels(),
+            input_elems: self.input.elems,
+            output_elems: self.output.elems,
+            scratch_elems: self.scratch.elems,
+            input_writable: self.input_writable(),
+        };
+        validate::validate(&self.plan, self.seq, &limits)
     }
 }
 

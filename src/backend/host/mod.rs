@@ -24,6 +24,8 @@ pub mod reduce;
 pub mod shm;
 pub mod worker;
 
+use crate::backend::shared::failure::{Failure, NodeSegments};
+use crate::backend::shared::setup::{agree, random_tag};
 use crate::backend::{Backend, Launch, PendingWork};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -35,7 +37,6 @@ use exec::Fabric;
 use fifo::{FifoConn, FIFO_SLOTS};
 use net::ChannelNet;
 use shm::{SegLayout, Segment};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use worker::{Pending, Worker};
@@ -62,9 +63,7 @@ struct Inner {
     /// Private duplicate of the communicator for point-to-point traffic
     /// (None on a single node).
     comm: Option<MpiComm>,
-    aborted: AtomicBool,
-    failed_flag: AtomicBool,
-    failed: Mutex<Option<String>>,
+    failure: Failure,
 }
 
 impl Inner {
@@ -72,47 +71,23 @@ impl Inner {
         &self.segs[self.local_rank]
     }
 
-    /// The error every new submission gets once the backend failed.
-    fn state_error(&self) -> Option<Error> {
-        if !self.failed_flag.load(Ordering::Acquire) && !self.aborted.load(Ordering::Acquire) {
-            return None;
+    /// This node's segments, whose abort words carry failures.
+    fn node(&self) -> NodeSegments<'_, Segment> {
+        NodeSegments {
+            segs: &self.segs,
+            local_rank: self.local_rank,
+            rank: self.rank,
         }
-        let reason = self
-            .failed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .unwrap_or_else(|| "aborted".into());
-        Some(Error::CommunicatorFailed(reason))
     }
 
-    /// Store our reason and raise the abort flag in every local segment.
-    fn publish_abort(&self, reason: &str) {
-        self.own()
-            .write_reason(&format!("rank {}: {reason}", self.rank));
-        for s in &self.segs {
-            s.raise_abort(self.local_rank);
-        }
+    /// The error every new submission gets once the backend failed.
+    fn state_error(&self) -> Option<Error> {
+        self.failure.error()
     }
 
     /// Mark failed (first reason wins) and tell local peers.
     fn mark_failed(&self, reason: String) -> bool {
-        let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
-        if f.is_some() {
-            return false;
-        }
-        self.publish_abort(&reason);
-        *f = Some(reason);
-        self.failed_flag.store(true, Ordering::Release);
-        true
-    }
-
-    /// The reason local rank `who` published (it names its global rank).
-    fn peer_reason(&self, who: usize) -> String {
-        self.segs
-            .get(who)
-            .and_then(|s| s.reason())
-            .unwrap_or_else(|| format!("local rank {who} raised the abort flag without a reason"))
+        self.node().fail(&self.failure, reason)
     }
 
     fn run_launch(&self, launch: &Launch) -> Result<()> {
@@ -176,21 +151,13 @@ impl Fabric for Inner {
     }
 
     fn check_abort(&self) -> Result<()> {
-        if self.aborted.load(Ordering::Acquire) {
+        if self.failure.aborted() {
             return Err(Error::Aborted);
         }
         if let Some(e) = self.state_error() {
             return Err(e);
         }
-        // A failing rank raises the flag in every local segment; checking
-        // the peers' own segments too covers one that died halfway through.
-        for s in &self.segs {
-            let w = s.abort_word();
-            if w != 0 && w - 1 != self.local_rank as u64 {
-                return Err(Error::PeerFailed(self.peer_reason((w - 1) as usize)));
-            }
-        }
-        Ok(())
+        self.node().peer_error().map_or(Ok(()), Err)
     }
 
     fn fail(&self, err: &Error) {
@@ -217,38 +184,11 @@ impl std::fmt::Debug for HostBackend {
     }
 }
 
-/// A random u64 without extra dependencies: std's hasher keys are random
-/// per process; mixed with the time and pid for good measure.
-fn random_tag() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    if let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-        h.write_u128(d.as_nanos());
-    }
-    h.finish()
-}
-
-/// Whether every rank reports success; collective over `mpi`.
-fn agree(mpi: &MpiComm, ok: bool) -> Result<Vec<usize>> {
-    let all = mpi.allgather_bytes(&[ok as u8])?;
-    Ok(all
-        .iter()
-        .enumerate()
-        .filter(|(_, &b)| b == 0)
-        .map(|(r, _)| r)
-        .collect())
-}
-
-/// Turn the failed ranks of an `agree` round into this rank's result.
-fn agreed<T>(mine: Result<T>, failed: Vec<usize>, what: &str) -> Result<T> {
-    match mine {
-        Err(e) => Err(e),
-        Ok(_) if !failed.is_empty() => Err(Error::System {
-            call: "shm_open",
-            message: format!("ranks {failed:?} could not {what}"),
-        }),
-        Ok(v) => Ok(v),
+/// The error of a setup stage that other ranks failed.
+fn peers_could_not(what: &'static str) -> impl FnOnce(&[usize]) -> Error {
+    move |failed| Error::System {
+        call: "shm_open",
+        message: format!("ranks {failed:?} could not {what}"),
     }
 }
 
@@ -272,10 +212,6 @@ impl HostBackend {
         config: &Config,
         threaded: bool,
     ) -> Result<HostBackend> {
-        let removed = shm::cleanup_stale();
-        if removed > 0 {
-            tracing::info!("removed {removed} stale gpucoll shared memory segments");
-        }
         let (rank, nranks) = (topo.rank, topo.nranks);
         if mpi.rank() != rank || mpi.size() != nranks {
             return Err(Error::Backend(format!(
@@ -335,8 +271,11 @@ impl HostBackend {
 
         // Create ours; everyone checks everyone succeeded before mapping.
         let own = Segment::create(&shm::segment_name(pid, tag, local_rank), &layout);
-        let failed = agree(&mpi, own.is_ok())?;
-        let mut own = agreed(own, failed, "create their shared memory segment")?;
+        let mut own = agree(
+            &mpi,
+            own,
+            peers_could_not("create their shared memory segment"),
+        )?;
         let peers: Result<Vec<Option<Segment>>> = node
             .iter()
             .enumerate()
@@ -348,8 +287,11 @@ impl HostBackend {
                 }
             })
             .collect();
-        let failed = agree(&mpi, peers.is_ok())?;
-        let peers = agreed(peers, failed, "map their peers' shared memory segments")?;
+        let peers = agree(
+            &mpi,
+            peers,
+            peers_could_not("map their peers' shared memory segments"),
+        )?;
         // Everyone has mapped ours: drop the name so a crash leaves nothing.
         own.unlink()?;
         let mut own = Some(own);
@@ -374,9 +316,7 @@ impl HostBackend {
             segs,
             net: (0..layout.channels).map(|_| Mutex::default()).collect(),
             comm,
-            aborted: AtomicBool::new(false),
-            failed_flag: AtomicBool::new(false),
-            failed: Mutex::new(None),
+            failure: Failure::default(),
         });
         let caps = BackendCaps {
             protocols: vec![Protocol::Simple],
@@ -475,7 +415,7 @@ impl Backend for HostBackend {
     }
 
     fn abort(&self, reason: &str) {
-        self.inner.aborted.store(true, Ordering::Release);
+        self.inner.failure.abort();
         if self.inner.mark_failed(format!("aborted: {reason}")) {
             tracing::warn!(rank = self.inner.rank, "host backend aborted: {reason}");
         }

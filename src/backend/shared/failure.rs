@@ -1,0 +1,182 @@
+//! Failure state: "the first error wins" for a backend or an engine, and
+//! the peer abort words that carry a rank's failure to its node.
+//!
+//! A failed backend raises the abort word in every local peer's segment
+//! and leaves its reason in its own, so the whole node fails quickly with
+//! `PeerFailed` naming the first failure instead of timing out.
+
+use super::shm::Mapping;
+use crate::error::{Error, Result};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// A failure recorded once: later reasons are dropped, so every caller
+/// reports the first cause.
+#[derive(Debug, Default)]
+pub(crate) struct Failure {
+    /// Set (Release) after `reason` is stored: a cheap check on hot paths.
+    failed: AtomicBool,
+    /// Set by an explicit abort, even before (or without) a reason.
+    aborted: AtomicBool,
+    reason: Mutex<Option<String>>,
+}
+
+impl Failure {
+    /// Record `reason` unless a failure is recorded already; whether this
+    /// call recorded it.
+    pub(crate) fn record(&self, reason: String) -> bool {
+        self.record_then(reason, |_| ())
+    }
+
+    /// [`record`](Self::record), running `first` with the reason (under the
+    /// lock, before the failure becomes visible) when this call records it.
+    pub(crate) fn record_then(&self, reason: String, first: impl FnOnce(&str)) -> bool {
+        let mut r = self.reason.lock().unwrap_or_else(|p| p.into_inner());
+        if r.is_some() {
+            return false;
+        }
+        first(&reason);
+        *r = Some(reason);
+        self.failed.store(true, Ordering::Release);
+        true
+    }
+
+    /// Mark aborted on purpose (the reason is recorded separately).
+    pub(crate) fn abort(&self) {
+        self.aborted.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn aborted(&self) -> bool {
+        self.aborted.load(Ordering::Acquire)
+    }
+
+    /// Whether a failure was recorded or an abort requested.
+    pub(crate) fn is_set(&self) -> bool {
+        self.failed.load(Ordering::Acquire) || self.aborted()
+    }
+
+    /// The recorded reason, if any.
+    pub(crate) fn reason(&self) -> Option<String> {
+        self.reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The error every new operation gets once this failed:
+    /// `CommunicatorFailed` with the first reason.
+    pub(crate) fn error(&self) -> Option<Error> {
+        if !self.is_set() {
+            return None;
+        }
+        let reason = self.reason().unwrap_or_else(|| "aborted".into());
+        Some(Error::CommunicatorFailed(reason))
+    }
+
+    /// `Err` of [`error`](Self::error), `Ok` while nothing failed.
+    pub(crate) fn check(&self) -> Result<()> {
+        self.error().map_or(Ok(()), Err)
+    }
+}
+
+/// The segments of one node's ranks (by local rank), whose control blocks
+/// carry the abort words.
+pub(crate) struct NodeSegments<'a, S: AsRef<Mapping>> {
+    pub segs: &'a [S],
+    /// Our local rank (index of our own segment).
+    pub local_rank: usize,
+    /// Our communicator rank (named in the published reason).
+    pub rank: usize,
+}
+
+impl<S: AsRef<Mapping>> NodeSegments<'_, S> {
+    /// Record `reason` in `failure` and, if it is the first, publish it:
+    /// our reason in our own segment, our abort word in every local
+    /// segment. Whether this call recorded the failure.
+    pub(crate) fn fail(&self, failure: &Failure, reason: String) -> bool {
+        failure.record_then(reason, |r| self.publish(r))
+    }
+
+    /// Publish a failure to the node (without recording it anywhere).
+    pub(crate) fn publish(&self, reason: &str) {
+        if let Some(own) = self.segs.get(self.local_rank) {
+            own.as_ref()
+                .write_reason(&format!("rank {}: {reason}", self.rank));
+        }
+        for s in self.segs {
+            s.as_ref().raise_abort(self.local_rank);
+        }
+    }
+
+    /// The local rank (other than us) that raised an abort word of the
+    /// node, if any. Every segment is checked, not only ours, which covers
+    /// a peer that died halfway through raising them.
+    pub(crate) fn raiser(&self) -> Option<usize> {
+        self.segs
+            .iter()
+            .filter_map(|s| s.as_ref().abort_raiser())
+            .find(|&w| w != self.local_rank)
+    }
+
+    /// The reason local rank `who` published (it names its global rank).
+    pub(crate) fn reason_of(&self, who: usize) -> String {
+        self.segs
+            .get(who)
+            .and_then(|s| s.as_ref().reason())
+            .unwrap_or_else(|| format!("local rank {who} raised the abort flag without a reason"))
+    }
+
+    /// `PeerFailed` with the reason of a local peer that failed, if one did.
+    pub(crate) fn peer_error(&self) -> Option<Error> {
+        self.raiser()
+            .map(|who| Error::PeerFailed(self.reason_of(who)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::shm::{segment_name, Mapping, SegOwner, CONTROL_BYTES};
+    use super::*;
+
+    #[test]
+    fn first_failure_wins() {
+        let f = Failure::default();
+        assert!(f.error().is_none() && f.check().is_ok());
+        assert!(f.record("first".into()));
+        assert!(!f.record("second".into()));
+        assert_eq!(f.reason().as_deref(), Some("first"));
+        assert!(matches!(f.error(), Some(Error::CommunicatorFailed(r)) if r == "first"));
+        let a = Failure::default();
+        a.abort();
+        assert!(matches!(a.check(), Err(Error::CommunicatorFailed(r)) if r == "aborted"));
+    }
+
+    #[test]
+    fn a_failure_reaches_the_node() {
+        let tag = 0xfa11_0000_0000_0000 | std::process::id() as u64;
+        let mut segs: Vec<Mapping> = (0..3)
+            .map(|l| {
+                let name = segment_name(SegOwner::Host, std::process::id(), tag, l);
+                Mapping::create(&name, CONTROL_BYTES).unwrap()
+            })
+            .collect();
+        for s in &mut segs {
+            s.unlink().unwrap();
+        }
+        let node = |local_rank| NodeSegments {
+            segs: &segs,
+            local_rank,
+            rank: 10 + local_rank,
+        };
+        assert!(node(0).peer_error().is_none());
+        let failure = Failure::default();
+        assert!(node(1).fail(&failure, "boom".into()));
+        assert!(!node(1).fail(&failure, "later".into()));
+        assert!(node(1).peer_error().is_none(), "our own raise is no peer's");
+        for l in [0, 2] {
+            assert!(
+                matches!(node(l).peer_error(), Some(Error::PeerFailed(r)) if r == "rank 11: boom")
+            );
+        }
+    }
+}

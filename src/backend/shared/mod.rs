@@ -1,0 +1,13 @@
+//! The infrastructure both backends share, so that each exists once:
+//!
+//! * [`shm`]: POSIX shared memory segments (one naming scheme, mode 0600,
+//!   unlinked once every peer mapped them, stale segments of dead
+//!   processes removed at start) and the control block with the abort word;
+//! * [`failure`]: "first error wins" failure state and the peer abort words;
+//! * [`validate`]: the plan validator;
+//! * [`setup`]: the communicator tag and agreement on setup stages.
+
+pub(crate) mod failure;
+pub(crate) mod setup;
+pub(crate) mod shm;
+pub(crate) mod validate;

@@ -1,0 +1,57 @@
+//! Helpers of collective backend setup: a communicator tag every rank
+//! shares, and agreement on whether every rank succeeded a setup stage (a
+//! rank that failed alone must not leave the others waiting for it).
+
+use crate::error::{Error, Result};
+use crate::mpi::MpiComm;
+
+/// A random u64 without extra dependencies: std's hasher keys are random
+/// per process; mixed with the time and pid for good measure. Rank 0's
+/// value, broadcast, names a communicator's segments.
+pub(crate) fn random_tag() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    if let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(d.as_nanos());
+    }
+    h.finish()
+}
+
+/// Whether every rank succeeded a setup stage; collective over `mpi`. This
+/// rank's own error wins; else, when other ranks failed, `others` turns
+/// their ranks into this rank's error.
+pub(crate) fn agree<T>(
+    mpi: &MpiComm,
+    mine: Result<T>,
+    others: impl FnOnce(&[usize]) -> Error,
+) -> Result<T> {
+    let all = mpi.allgather_bytes(&[mine.is_ok() as u8])?;
+    let failed = failed_ranks(&all);
+    match mine {
+        Err(e) => Err(e),
+        Ok(_) if !failed.is_empty() => Err(others(&failed)),
+        Ok(v) => Ok(v),
+    }
+}
+
+/// The ranks whose byte is not 1 in an allgathered success vector.
+fn failed_ranks(all: &[u8]) -> Vec<usize> {
+    all.iter()
+        .enumerate()
+        .filter(|(_, &b)| b != 1)
+        .map(|(r, _)| r)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_ranks_are_named() {
+        assert_eq!(failed_ranks(&[1, 0, 1, 0]), vec![1, 3]);
+        assert!(failed_ranks(&[1, 1]).is_empty());
+        assert_ne!(random_tag(), random_tag());
+    }
+}

@@ -1,0 +1,130 @@
+use super::*;
+use std::path::Path;
+
+fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true")
+        .spawn()
+        .expect("spawn true");
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+fn exists(name: &str) -> bool {
+    Path::new(&format!("{SHM_DIR}{name}")).exists()
+}
+
+/// Create `name` and forget it as a crashed process would: the name stays
+/// in /dev/shm, the mapping is released.
+fn leave_behind(name: &str) {
+    let mut m = Mapping::create(name, CONTROL_BYTES).unwrap();
+    m.linked = false;
+}
+
+#[test]
+fn names_round_trip() {
+    let n = segment_name(SegOwner::Host, 4242, 0xdead_beef_0000_0001, 3);
+    assert_eq!(n, "/gpucoll.host.4242.deadbeef00000001.3");
+    assert_eq!(
+        parse_segment_name(&n[1..]),
+        Some((4242, 0xdead_beef_0000_0001, 3))
+    );
+    let c = segment_name(SegOwner::Cuda, 7, 0xabc, 0);
+    assert_eq!(c, "/gpucoll.cuda.7.0000000000000abc.0");
+    assert_eq!(parse_segment_name(&c[1..]), Some((7, 0xabc, 0)));
+    // Names of earlier builds of both backends.
+    assert_eq!(
+        parse_segment_name("gpucoll.12.deadbeef00000001.3"),
+        Some((12, 0xdead_beef_0000_0001, 3))
+    );
+    assert_eq!(
+        parse_segment_name("gpucoll-cuda-12-deadbeef00000001-3"),
+        Some((12, 0xdead_beef_0000_0001, 3))
+    );
+}
+
+#[test]
+fn foreign_names_are_ignored() {
+    for bad in [
+        "gpucoll.0.deadbeef00000001.3",
+        "gpucoll.-1.deadbeef00000001.3",
+        "gpucoll.4294967295.deadbeef00000001.3",
+        "gpucoll.12.deadbeef.3",
+        "gpucoll.12.deadbeef00000001",
+        "gpucoll.12.deadbeef00000001.3.4",
+        "gpucoll.12.zzzzzzzzzzzzzzzz.3",
+        "gpucoll.+12.deadbeef00000001.3",
+        "gpucoll.gpu.12.deadbeef00000001.3",
+        "gpucoll.cuda.12.deadbeef00000001",
+        "gpucoll-cuda-12-deadbeef00000001",
+        "gpucoll-cuda-12.deadbeef00000001.3",
+        "gpucoll-host-12-deadbeef00000001-3",
+        "nccl.12.deadbeef00000001.3",
+        "sem.gpucoll.12.deadbeef00000001.3",
+    ] {
+        assert_eq!(parse_segment_name(bad), None, "{bad}");
+    }
+}
+
+#[test]
+fn liveness() {
+    assert!(pid_alive(std::process::id()));
+    assert!(pid_alive(1), "init exists (possibly owned by root: EPERM)");
+    assert!(!pid_alive(dead_pid()));
+    assert!(pid_alive(0), "invalid pids are never 'dead'");
+}
+
+/// A CUDA job that died during setup left its segments (under the name the
+/// CUDA backend uses today and under the shared scheme); the start-up
+/// cleanup every backend runs removes them, and keeps a live process's.
+#[test]
+fn stale_cuda_segments_are_removed_live_ones_kept() {
+    let tag = 0xc0da_0000_0000_0000 | std::process::id() as u64;
+    let dead = dead_pid();
+    let legacy = format!("/gpucoll-cuda-{dead}-{tag:016x}-0");
+    let shared = segment_name(SegOwner::Cuda, dead, tag, 1);
+    let live_legacy = format!("/gpucoll-cuda-{}-{tag:016x}-2", std::process::id());
+    let live = segment_name(SegOwner::Cuda, std::process::id(), tag, 3);
+    leave_behind(&legacy);
+    leave_behind(&shared);
+    leave_behind(&live_legacy);
+    let mut live_seg = Mapping::create(&live, CONTROL_BYTES).unwrap();
+    assert!(exists(&legacy) && exists(&shared) && exists(&live_legacy));
+    assert!(cleanup_stale() >= 2);
+    assert!(!exists(&legacy), "stale CUDA segment of a dead pid removed");
+    assert!(!exists(&shared), "stale segment of a dead pid removed");
+    assert!(exists(&live_legacy), "a live process's segment is kept");
+    assert!(exists(&live));
+    unlink(&live_legacy).unwrap();
+    live_seg.unlink().unwrap();
+    assert!(!exists(&live));
+}
+
+#[test]
+fn created_with_mode_0600_and_checked_on_open() {
+    use std::os::unix::fs::PermissionsExt;
+    let name = segment_name(SegOwner::Host, std::process::id(), 0x0600, 9);
+    let mut own = Mapping::create(&name, 4 * CONTROL_BYTES).unwrap();
+    let mode = std::fs::metadata(format!("{SHM_DIR}{name}"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(Mapping::open(&name, CONTROL_BYTES).is_err(), "size checked");
+    let peer = Mapping::open(&name, 4 * CONTROL_BYTES).unwrap();
+    own.unlink().unwrap();
+    assert!(Mapping::open(&name, 4 * CONTROL_BYTES).is_err());
+    assert!(!exists(&name));
+
+    assert_eq!(peer.abort_raiser(), None);
+    assert!(own.write_reason("rank 5: boom"));
+    assert!(!own.write_reason("second"));
+    // A device-side failure in the high half does not hide the host half.
+    own.word(ABORT_OFF).fetch_or(7 << 32, Ordering::AcqRel);
+    assert_eq!(peer.abort_raiser(), None);
+    own.raise_abort(2);
+    own.raise_abort(1);
+    assert_eq!(peer.abort_raiser(), Some(2));
+    assert_eq!(peer.abort_word() >> 32, 7);
+    assert_eq!(peer.reason().as_deref(), Some("rank 5: boom"));
+}
