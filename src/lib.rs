@@ -21,23 +21,37 @@
 //! ```
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod backend;
+// The user's API: these modules and the re-exports below.
 pub mod buffer;
 pub mod coll;
-pub mod comm;
 pub mod config;
 pub mod datatype;
-pub(crate) mod enqueue;
 pub mod env;
 pub mod error;
-pub mod graph;
-pub mod mpi;
 pub mod op;
-pub mod plan;
-pub mod reference;
 pub mod request;
+
+// The engine. Hidden from the API documentation; public only where a
+// sibling crate needs them (the GPU check suite drives backends and plans
+// directly; the tests and the bench use `reference` as their oracle).
+#[doc(hidden)]
+pub mod backend;
+#[doc(hidden)]
+pub mod comm;
+pub(crate) mod enqueue;
+#[doc(hidden)]
+pub mod graph;
+#[doc(hidden)]
+pub mod mpi;
+#[doc(hidden)]
+pub mod plan;
+#[doc(hidden)]
+pub mod reference;
+#[doc(hidden)]
 pub mod task;
+#[doc(hidden)]
 pub mod topo;
+#[doc(hidden)]
 pub mod tune;
 
 #[cfg(feature = "cuda")]
@@ -51,6 +65,7 @@ pub use datatype::{Datatype, Equivalence};
 pub use env::{initialize, initialize_with_threading, Threading, Universe};
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
+pub use mpi::wtime;
 pub use op::ReduceOp;
 pub use request::{scope, Request, Scope};
 pub use task::CollKind;

@@ -129,7 +129,7 @@ impl Elem for bf16 {
 pub struct Case {
     pub kind: CollKind,
     pub op: ReduceOp,
-    /// Per-rank block (NCCL's count; see `gpucoll::coll::task::Task`).
+    /// Per-rank block (NCCL's count; see `gpucoll::task::Task`).
     pub count: usize,
     pub nranks: usize,
     pub rank: usize,

@@ -7,7 +7,7 @@
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
-pub mod host;
+pub(crate) mod host;
 pub(crate) mod shared;
 
 use crate::buffer::{MemoryKind, RawBuffer};

@@ -11,7 +11,7 @@
 //!   thus has at most three children: two node-tree children (their heads)
 //!   and the next rank of its node's chain.
 
-pub mod tree;
+pub(crate) mod tree;
 
 use crate::topo::Topology;
 

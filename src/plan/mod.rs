@@ -7,7 +7,7 @@ mod direct;
 mod ring;
 #[cfg(test)]
 pub(crate) mod simulate;
-pub mod step;
+pub(crate) mod step;
 mod tree;
 
 pub use build::build;

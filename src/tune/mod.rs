@@ -3,8 +3,8 @@
 //! communicator creation, so all ranks compute the same choice without
 //! talking to each other.
 
-pub mod caps;
-pub mod model;
+pub(crate) mod caps;
+pub(crate) mod model;
 mod tuner;
 
 pub use tuner::{max_chunk_bytes, Tuner};

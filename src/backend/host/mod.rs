@@ -17,12 +17,12 @@
 //! channel; by default channels get their own threads when the node has at
 //! least two cores per local rank.
 
-pub mod exec;
-pub mod fifo;
-pub mod net;
-pub mod reduce;
-pub mod shm;
-pub mod worker;
+pub(crate) mod exec;
+pub(crate) mod fifo;
+pub(crate) mod net;
+pub(crate) mod reduce;
+pub(crate) mod shm;
+pub(crate) mod worker;
 
 use crate::backend::shared::failure::{Failure, NodeSegments};
 use crate::backend::shared::setup::{agree, random_tag};
