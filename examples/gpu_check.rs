@@ -86,15 +86,22 @@ mod imp {
 
     impl Env {
         fn plan(&self, task: &Task) -> gpucoll::plan::Plan {
-            let choice = self.tuner.choose(task);
+            self.plan_in(task, false)
+        }
+
+        /// The plan of `task`, alone or in a group launch (where the
+        /// one-shot gives way to the direct step plan, as in the engine).
+        fn plan_in(&self, task: &Task, grouped: bool) -> gpucoll::plan::Plan {
+            let choice = self.tuner.choose_in(task, grouped);
             gpucoll::plan::build(task, &self.topo, &self.graph, &choice, self.backend.caps())
         }
 
         fn run(&mut self, items: Vec<(Task, RawBuffer, RawBuffer)>) -> gpucoll::Result<()> {
+            let grouped = items.len() > 1;
             let items: Vec<BoundPlan> = items
                 .into_iter()
                 .map(|(t, i, o)| BoundPlan {
-                    plan: Arc::new(self.plan(&t)),
+                    plan: Arc::new(self.plan_in(&t, grouped)),
                     input: i,
                     output: o,
                 })

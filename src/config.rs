@@ -105,10 +105,9 @@ impl Config {
             c.check = parse_bool("GPUCOLL_CHECK", &v)?;
         }
         if let Some(v) = var("GPUCOLL_ALGO") {
-            c.algo = Some(
-                Algorithm::parse(&v)
-                    .ok_or_else(|| bad("GPUCOLL_ALGO", &v, "expected ring, tree or direct"))?,
-            );
+            c.algo = Some(Algorithm::parse(&v).ok_or_else(|| {
+                bad("GPUCOLL_ALGO", &v, "expected ring, tree, direct or oneshot")
+            })?);
         }
         if let Some(v) = var("GPUCOLL_PROTO") {
             c.proto = Some(

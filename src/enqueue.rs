@@ -16,10 +16,11 @@ use crate::tune::Tuner;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// Everything of a [`Task`] a plan depends on (the op's scalar as bits).
-type PlanKey = (u8, u8, u8, u64, u64, usize, bool);
+/// Everything of a [`Task`] a plan depends on (the op's scalar as bits),
+/// and whether it runs in a group launch.
+type PlanKey = (u8, u8, u8, u64, u64, usize, bool, bool);
 
-fn plan_key(t: &Task) -> PlanKey {
+fn plan_key(t: &Task, grouped: bool) -> PlanKey {
     (
         kind_code(t.kind),
         t.dtype as u8,
@@ -28,6 +29,7 @@ fn plan_key(t: &Task) -> PlanKey {
         t.count,
         t.root,
         t.in_place,
+        grouped,
     )
 }
 
@@ -148,8 +150,8 @@ impl Engine {
     }
 
     /// Plan one task for this rank (exposed for logging and tests).
-    pub(crate) fn plan(&self, task: &Task) -> Plan {
-        let choice = self.tuner.choose(task);
+    pub(crate) fn plan(&self, task: &Task, grouped: bool) -> Plan {
+        let choice = self.tuner.choose_in(task, grouped);
         tracing::debug!(
             coll = task.kind.name(),
             count = task.count,
@@ -166,13 +168,13 @@ impl Engine {
 
     /// The plan of `task`, from the cache when the same task was planned
     /// before (a blocking small call must not pay for tuning and planning).
-    fn plan_shared(&self, task: &Task) -> Arc<Plan> {
-        let key = plan_key(task);
+    fn plan_shared(&self, task: &Task, grouped: bool) -> Arc<Plan> {
+        let key = plan_key(task, grouped);
         let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = plans.get(&key) {
             return p.clone();
         }
-        let p = Arc::new(self.plan(task));
+        let p = Arc::new(self.plan(task, grouped));
         // Only small plans: planning a large call costs little next to
         // moving its data, and its step lists are what would fill memory.
         let steps: usize = p.channels.iter().map(|c| c.steps.len()).sum();
@@ -263,7 +265,7 @@ impl Engine {
             let items = calls
                 .iter()
                 .map(|c| BoundPlan {
-                    plan: self.plan_shared(&c.task),
+                    plan: self.plan_shared(&c.task, calls.len() > 1),
                     input: c.input,
                     output: c.output,
                 })

@@ -129,6 +129,18 @@ fn cases() -> Vec<Case> {
             "0,1,1031,4099,300001",
         ),
         (
+            "algo_oneshot_n4",
+            4,
+            vec![("GPUCOLL_ALGO", "oneshot")],
+            "0,1,1031,4099,300001",
+        ),
+        (
+            "algo_oneshot_nch2_n3",
+            3,
+            vec![("GPUCOLL_ALGO", "oneshot"), ("GPUCOLL_NCHANNELS", "2")],
+            "1,1031,65537",
+        ),
+        (
             "proto_ll_n4",
             4,
             vec![("GPUCOLL_PROTO", "ll")],

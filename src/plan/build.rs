@@ -8,7 +8,7 @@
 //! step that receives on its peer, in the same order.
 
 use super::ctx::{channel_ranges, flow, own_input, Ctx};
-use super::{direct, ring, tree, ChannelWork, Flow, Plan, Region, Step};
+use super::{direct, oneshot, ring, tree, ChannelWork, Flow, Plan, Region, Step};
 use crate::graph::Graph;
 use crate::op::Reduction;
 use crate::task::{CollKind, Task};
@@ -54,10 +54,13 @@ pub fn build(
         reduction: Reduction::lower(task.op, task.dtype, n),
     };
     let algorithm = effective_algorithm(task.kind, choice.algorithm);
-    let scratch_elems = if task.kind == CollKind::AllToAll && task.in_place && n > 1 {
-        task.count.saturating_mul(n as u64)
-    } else {
-        0
+    let scratch_elems = match (task.kind, algorithm) {
+        _ if n == 1 => 0,
+        (CollKind::AllToAll, _) if task.in_place => task.count.saturating_mul(n as u64),
+        (CollKind::AllReduce, Algorithm::OneShot) => {
+            oneshot::scratch_elems(task.count, task.in_place)
+        }
+        _ => 0,
     };
     let mut plan = Plan {
         task: *task,
@@ -89,6 +92,9 @@ pub fn build(
                     }
                     (CollKind::AllReduce, Algorithm::Direct) => {
                         direct::all_reduce(&cx, s, e, &mut steps)
+                    }
+                    (CollKind::AllReduce, Algorithm::OneShot) => {
+                        oneshot::all_reduce(&cx, s, e, &mut steps)
                     }
                     (CollKind::Reduce, _) => ring::reduce(&cx, s, e, &mut steps),
                     (CollKind::Broadcast, _) => ring::broadcast(&cx, s, e, &mut steps),

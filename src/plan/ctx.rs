@@ -106,6 +106,7 @@ pub(crate) fn flow(count: u64) -> Flow {
         reduce: false,
         pre_op: false,
         post_op: false,
+        acc: false,
     }
 }
 

@@ -4,6 +4,7 @@
 mod build;
 mod ctx;
 mod direct;
+mod oneshot;
 mod ring;
 #[cfg(test)]
 pub(crate) mod simulate;

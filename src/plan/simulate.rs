@@ -187,6 +187,11 @@ fn check_flow(f: &Flow) -> Result<(), String> {
     if f.dst.is_none() && f.send.is_empty() {
         return Err(format!("flow without outputs: {f:?}"));
     }
+    if f.acc && (!f.reduce || f.dst.is_none() || !f.send.is_empty()) {
+        return Err(format!(
+            "accumulating flow without a reduction into dst only: {f:?}"
+        ));
+    }
     Ok(())
 }
 
@@ -263,6 +268,12 @@ fn advance<T: Elem>(
                 });
             }
             let mut val = val.expect("checked: at least one input");
+            if let (true, Some(d)) = (f.acc, f.dst) {
+                let held = ranks[me].read(d, cur.a, len).map_err(ctx)?;
+                for (x, h) in val.iter_mut().zip(held) {
+                    *x = h.combine(*x, red.combine);
+                }
+            }
             if f.post_op {
                 if let Some(d) = red.post_div {
                     val.iter_mut().for_each(|x| *x = x.div(d));
@@ -738,6 +749,11 @@ mod tests {
     #[test]
     fn all_reduce_direct() {
         sweep(CollKind::AllReduce, &[Algorithm::Direct]);
+    }
+
+    #[test]
+    fn all_reduce_oneshot() {
+        sweep(CollKind::AllReduce, &[Algorithm::OneShot]);
     }
 
     #[test]

@@ -118,6 +118,10 @@ impl std::fmt::Debug for Peers {
 ///   plan's reduction; `pre_op` scales `src` first (the local input's
 ///   Avg/PreMulSum factor); `post_op` applies the final division (integer
 ///   Avg) before writing and sending.
+/// * `acc == true` (with `reduce`, a `dst` and no `send`): the value above
+///   is folded into what `dst` holds, `dst ⊕ value` (the post-op after
+///   that). The one-shot all_reduce uses it to add this rank's own input at
+///   its rank's place in a fold every rank runs in the same order.
 ///
 /// Backends move the `count` elements in pieces of one FIFO slot each and
 /// pipeline the pieces: a piece is sent as soon as it is received and reduced.
@@ -131,6 +135,7 @@ pub struct Flow {
     pub reduce: bool,
     pub pre_op: bool,
     pub post_op: bool,
+    pub acc: bool,
 }
 
 /// One step of a channel's work.

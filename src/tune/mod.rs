@@ -19,25 +19,44 @@ pub enum Algorithm {
     /// Double binary trees across nodes, chains within a node (all_reduce).
     Tree,
     /// Every rank exchanges with every peer directly (all_to_all, gather,
-    /// scatter; and one-shot reductions where every peer is one hop away).
+    /// scatter; all_reduce as pairwise reduce-scatter + all-gather rounds
+    /// where every peer is one hop away).
     Direct,
+    /// all_reduce in one exchange: every rank sends its whole input to every
+    /// peer and reduces all inputs itself, in rank order (identical results
+    /// on every rank). GPUs run it as a kernel of its own
+    /// (`GPUCOLL_ALGO=direct` selects it where it fits, as before).
+    OneShot,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 3] = [Algorithm::Ring, Algorithm::Tree, Algorithm::Direct];
+    pub const ALL: [Algorithm; 4] = [
+        Algorithm::Ring,
+        Algorithm::Tree,
+        Algorithm::Direct,
+        Algorithm::OneShot,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Ring => "ring",
             Algorithm::Tree => "tree",
             Algorithm::Direct => "direct",
+            Algorithm::OneShot => "oneshot",
         }
     }
 
+    /// Parse a name as printed by [`Algorithm::name`] (`one_shot` and
+    /// `one-shot` also name the one-shot).
     pub fn parse(s: &str) -> Option<Algorithm> {
+        let norm: String = s
+            .trim()
+            .chars()
+            .filter(|c| *c != '_' && *c != '-')
+            .collect();
         Algorithm::ALL
             .into_iter()
-            .find(|a| a.name().eq_ignore_ascii_case(s.trim()))
+            .find(|a| a.name().eq_ignore_ascii_case(&norm))
     }
 }
 

@@ -114,33 +114,16 @@ pub fn estimate_us(
             let lat = 2.0 * hops(intra, inter, caps);
             (lat, bus * 0.5 * TREE_EFFICIENCY)
         }
+        (CollKind::AllReduce, Algorithm::OneShot) => {
+            return oneshot_us(proto, bytes, shape, caps);
+        }
         (CollKind::AllReduce, Algorithm::Direct) => {
-            if nnodes > 1 {
-                return None;
-            }
-            if proto != Protocol::Simple
-                && (proto != Protocol::LL || bytes > DIRECT_LL_MAX_BYTES as f64)
-            {
-                // Only the one-shot speaks LL, and only up to its inbox size.
+            if nnodes > 1 || proto != Protocol::Simple {
                 return None;
             }
             if caps.direct && bytes <= DIRECT_ONESHOT_MAX_BYTES as f64 {
-                // One-shot: one barrier; every rank sends its whole input to
-                // each of n-1 peers over all the backend's channels at once.
-                // LL lines carry 8 of 16 bytes, but the one-shot spreads
-                // them over more blocks than Simple and skips its fences:
-                // measured on 2×H200 it stays ahead of Simple up to 1 MiB.
-                let bw_f = if proto == Protocol::LL {
-                    DIRECT_LL_BANDWIDTH
-                } else {
-                    bw_f
-                };
-                let all =
-                    positive(caps.intra.bandwidth_gbs * caps.max_channels.max(1) as f64 * bw_f);
-                let t = caps.launch_us.max(0.0)
-                    + hops(1, 0, caps) * lat_f
-                    + bytes * (n - 1) as f64 / (1000.0 * all);
-                return Some(t);
+                // Where the one-shot fits a direct path, it runs instead.
+                return None;
             }
             // Two phases of n-1 pairwise rounds; rounds do not wait on a
             // chain of hops, so each costs about half a pipelined hop. A
@@ -167,6 +150,50 @@ pub fn estimate_us(
         _ => return None,
     };
     Some(caps.launch_us.max(0.0) + latency * lat_f + bytes / (1000.0 * positive(alg_bw)))
+}
+
+/// Estimated time in µs of a one-shot all_reduce of `bytes`, or `None`
+/// where it cannot run: across nodes, in a protocol it does not speak, or
+/// beyond the inboxes of a direct path.
+fn oneshot_us(proto: Protocol, bytes: f64, shape: &Shape, caps: &BackendCaps) -> Option<f64> {
+    let n = shape.nranks.max(1);
+    if shape.nnodes > 1 {
+        return None;
+    }
+    if proto != Protocol::Simple && (proto != Protocol::LL || bytes > DIRECT_LL_MAX_BYTES as f64) {
+        // Only the one-shot kernel speaks LL, and only up to its inbox size.
+        return None;
+    }
+    let (lat_f, bw_f) = protocol_factors(proto);
+    if caps.direct {
+        if bytes > DIRECT_ONESHOT_MAX_BYTES as f64 {
+            return None;
+        }
+        // One barrier; every rank sends its whole input to each of n-1 peers
+        // over all the backend's channels at once. LL lines carry 8 of 16
+        // bytes, but the one-shot spreads them over more blocks than Simple
+        // and skips its fences: measured on 2×H200 it stays ahead of Simple
+        // up to 1 MiB.
+        let bw_f = if proto == Protocol::LL {
+            DIRECT_LL_BANDWIDTH
+        } else {
+            bw_f
+        };
+        let all = positive(caps.intra.bandwidth_gbs * caps.max_channels.max(1) as f64 * bw_f);
+        return Some(
+            caps.launch_us.max(0.0)
+                + hops(1, 0, caps) * lat_f
+                + bytes * (n - 1) as f64 / (1000.0 * all),
+        );
+    }
+    // Through FIFOs (no direct path): one channel's share of the n-1 copies
+    // every rank sends, one hop of latency per peer.
+    let bus = positive(caps.intra.bandwidth_gbs * bw_f);
+    Some(
+        caps.launch_us.max(0.0)
+            + hops(n - 1, 0, caps) * lat_f
+            + bytes * (n - 1) as f64 / (1000.0 * bus),
+    )
 }
 
 #[cfg(test)]

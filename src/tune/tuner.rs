@@ -106,7 +106,7 @@ impl Tuner {
                     v.push(Algorithm::Tree);
                 }
                 if self.direct_available() {
-                    v.push(Algorithm::Direct);
+                    v.extend([Algorithm::OneShot, Algorithm::Direct]);
                 }
                 v
             }
@@ -122,49 +122,62 @@ impl Tuner {
         self.caps.direct && self.shape.nnodes == 1 && self.shape.nranks > 1
     }
 
-    /// The algorithms to consider after `GPUCOLL_ALGO`.
-    fn algorithms(&self, kind: CollKind) -> Vec<Algorithm> {
+    /// The algorithms to consider after `GPUCOLL_ALGO`, and whether they
+    /// are a forced order (the first that can run the call is taken)
+    /// rather than candidates compared by cost.
+    fn algorithms(&self, kind: CollKind) -> (Vec<Algorithm>, bool) {
         let defaults = self.candidates(kind);
         let Some(forced) = self.config.algo else {
-            return defaults;
+            return (defaults, false);
         };
-        let valid = match (kind, forced) {
-            (CollKind::AllReduce, Algorithm::Ring | Algorithm::Tree) => true,
-            (CollKind::AllReduce, Algorithm::Direct) => {
-                if self.direct_available() {
-                    true
-                } else {
-                    self.warn_once(
-                        WARN_DIRECT_UNAVAILABLE,
-                        format_args!(
-                            "GPUCOLL_ALGO=direct: no direct path here (backend direct={}, {} nodes); using ring for all_reduce",
-                            self.caps.direct, self.shape.nnodes
-                        ),
-                    );
-                    return vec![Algorithm::Ring];
-                }
+        let forced_order = match (kind, forced) {
+            (CollKind::AllReduce, Algorithm::Ring | Algorithm::Tree) => Some(vec![forced]),
+            // `direct` keeps its meaning for all_reduce: the one-shot where
+            // it fits, the pairwise rounds beyond.
+            (CollKind::AllReduce, Algorithm::Direct) if self.direct_available() => {
+                Some(vec![Algorithm::OneShot, Algorithm::Direct])
             }
-            _ => defaults.contains(&forced),
+            (CollKind::AllReduce, Algorithm::OneShot) if self.shape.nnodes == 1 => {
+                let beyond = if self.direct_available() {
+                    Algorithm::Direct
+                } else {
+                    Algorithm::Ring
+                };
+                Some(vec![Algorithm::OneShot, beyond])
+            }
+            (CollKind::AllReduce, Algorithm::Direct | Algorithm::OneShot) => {
+                self.warn_once(
+                    WARN_DIRECT_UNAVAILABLE,
+                    format_args!(
+                        "GPUCOLL_ALGO={forced}: no direct path here (backend direct={}, {} nodes); using ring for all_reduce",
+                        self.caps.direct, self.shape.nnodes
+                    ),
+                );
+                Some(vec![Algorithm::Ring])
+            }
+            _ if defaults.contains(&forced) => Some(vec![forced]),
+            _ => None,
         };
-        if valid {
-            vec![forced]
-        } else {
-            let idx = CollKind::ALL.iter().position(|k| *k == kind).unwrap_or(0) as u32;
-            self.warn_once(
-                1 << (WARN_ALGO_SHIFT + idx),
-                format_args!(
-                    "GPUCOLL_ALGO={forced} does not apply to {}; ignored for it",
-                    kind.name()
-                ),
-            );
-            defaults
+        match forced_order {
+            Some(v) => (v, true),
+            None => {
+                let idx = CollKind::ALL.iter().position(|k| *k == kind).unwrap_or(0) as u32;
+                self.warn_once(
+                    1 << (WARN_ALGO_SHIFT + idx),
+                    format_args!(
+                        "GPUCOLL_ALGO={forced} does not apply to {}; ignored for it",
+                        kind.name()
+                    ),
+                );
+                (defaults, false)
+            }
         }
     }
 
     /// The protocols the backend implements for `kind` run by `algo`.
     fn implemented(&self, kind: CollKind, algo: Algorithm) -> &[Protocol] {
         if kind == CollKind::AllReduce
-            && algo == Algorithm::Direct
+            && algo == Algorithm::OneShot
             && !self.caps.direct_protocols.is_empty()
         {
             &self.caps.direct_protocols
@@ -214,12 +227,20 @@ impl Tuner {
         }
     }
 
-    /// Decide how to run `task`.
+    /// Decide how to run `task` as a launch of its own.
     pub fn choose(&self, task: &Task) -> Choice {
+        self.choose_in(task, false)
+    }
+
+    /// Decide how to run `task`, `grouped` with other calls in one launch
+    /// or not. A group is one launch of step plans, so where the one-shot
+    /// would be chosen a grouped all_reduce runs the direct pairwise plan
+    /// instead (what GPUs have always done with grouped direct calls).
+    pub fn choose_in(&self, task: &Task, grouped: bool) -> Choice {
         let bytes = task_bytes(task, self.shape.nranks);
         let nchannels = self.channels(bytes);
         let mut best: Option<(f64, Algorithm, Protocol)> = None;
-        let algos = self.algorithms(task.kind);
+        let (algos, forced_order) = self.algorithms(task.kind);
         for &a in &algos {
             for p in self.protocols(task.kind, a) {
                 let t = model::estimate_us(
@@ -238,9 +259,15 @@ impl Tuner {
                     best = Some((t, a, p));
                 }
             }
+            if forced_order && best.is_some() {
+                break;
+            }
         }
-        let (time, algorithm, protocol) =
+        let (time, mut algorithm, protocol) =
             best.unwrap_or((f64::INFINITY, algos[0], Protocol::Simple));
+        if grouped && algorithm == Algorithm::OneShot {
+            algorithm = Algorithm::Direct;
+        }
         let choice = Choice {
             algorithm,
             protocol,
@@ -251,6 +278,7 @@ impl Tuner {
             coll = task.kind.name(),
             count = task.count,
             bytes,
+            grouped,
             algo = %choice.algorithm,
             proto = %choice.protocol,
             nchannels = choice.nchannels,
@@ -348,8 +376,11 @@ mod tests {
                                 if ch.algorithm == Algorithm::Tree {
                                     assert!(topo.nnodes() > 1);
                                 }
-                                if ch.algorithm == Algorithm::Direct {
+                                if matches!(ch.algorithm, Algorithm::Direct | Algorithm::OneShot) {
                                     assert!(direct && topo.nnodes() == 1);
+                                }
+                                if ch.algorithm == Algorithm::OneShot {
+                                    assert!(n * 4 <= model::DIRECT_ONESHOT_MAX_BYTES);
                                 }
                             }
                             _ => assert_eq!(ch.algorithm, Algorithm::Ring),
@@ -401,7 +432,12 @@ mod tests {
         let small = t.choose(&task(CollKind::AllReduce, 2));
         assert_eq!(
             (small.algorithm, small.protocol),
-            (Algorithm::Direct, Protocol::LL)
+            (Algorithm::OneShot, Protocol::LL)
+        );
+        // In a group the same call runs the direct step plan.
+        assert_eq!(
+            t.choose_in(&task(CollKind::AllReduce, 2), true).algorithm,
+            Algorithm::Direct
         );
         let beyond_ll = t.choose(&task(
             CollKind::AllReduce,
@@ -414,7 +450,7 @@ mod tests {
                 if ch.protocol == Protocol::LL {
                     assert_eq!(
                         (kind, ch.algorithm),
-                        (CollKind::AllReduce, Algorithm::Direct)
+                        (CollKind::AllReduce, Algorithm::OneShot)
                     );
                     assert!(n * 4 <= model::DIRECT_LL_MAX_BYTES);
                 }
@@ -442,12 +478,21 @@ mod tests {
         let c2 = t.choose(&task(CollKind::AllReduce, model::DIRECT_LL_MAX_BYTES / 2));
         assert_eq!(
             (c2.algorithm, c2.protocol),
-            (Algorithm::Direct, Protocol::Simple)
+            (Algorithm::OneShot, Protocol::Simple)
         );
         let c1 = t.choose(&task(CollKind::AllReduce, 8));
         assert_eq!(
             (c1.algorithm, c1.protocol),
-            (Algorithm::Direct, Protocol::LL)
+            (Algorithm::OneShot, Protocol::LL)
+        );
+        // Beyond the one-shot's inboxes, forced direct is the pairwise plan.
+        let c3 = t.choose(&task(
+            CollKind::AllReduce,
+            model::DIRECT_ONESHOT_MAX_BYTES / 4 * 2,
+        ));
+        assert_eq!(
+            (c3.algorithm, c3.protocol),
+            (Algorithm::Direct, Protocol::Simple)
         );
         assert_eq!(
             t.choose(&task(CollKind::AllGather, 8)).protocol,
@@ -495,11 +540,33 @@ mod tests {
             t.choose(&task(CollKind::Gather, 10)).algorithm,
             Algorithm::Direct
         );
-        // Direct available.
+        // Direct available: `direct` is the one-shot where it fits.
         let t = Tuner::new(&topo, &caps(true), &cfg);
         assert_eq!(
             t.choose(&task(CollKind::AllReduce, 10)).algorithm,
-            Algorithm::Direct
+            Algorithm::OneShot
+        );
+        // The one-shot forced where no direct path exists (host): through
+        // FIFOs at any size; across nodes it does not apply.
+        let cfg = Config {
+            algo: Some(Algorithm::OneShot),
+            ..Config::default()
+        };
+        let t = Tuner::new(&topo, &caps(false), &cfg);
+        for n in [1u64, 1 << 26] {
+            assert_eq!(
+                t.choose(&task(CollKind::AllReduce, n)).algorithm,
+                Algorithm::OneShot
+            );
+        }
+        assert_eq!(
+            t.choose(&task(CollKind::AllGather, 10)).algorithm,
+            Algorithm::Ring
+        );
+        let t = Tuner::new(&multi_node(), &caps(false), &cfg);
+        assert_ne!(
+            t.choose(&task(CollKind::AllReduce, 10)).algorithm,
+            Algorithm::OneShot
         );
         // Forced direct for a ring-only collective: ignored.
         assert_eq!(

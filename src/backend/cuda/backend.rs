@@ -1408,14 +1408,22 @@ impl Inner {
         let task = &plan.task;
         let dtype = task.dtype;
         let bytes = task.count.saturating_mul(dtype.size() as u64);
-        if !self.layout.direct
-            || plan.algorithm != crate::tune::Algorithm::Direct
+        if plan.algorithm != crate::tune::Algorithm::OneShot
             || task.kind != crate::task::CollKind::AllReduce
             || task.count == 0
-            || bytes > DIRECT_MAX_BYTES
-            || self.bases.len() != self.nranks
         {
             return Ok(None);
+        }
+        if !self.layout.direct || bytes > DIRECT_MAX_BYTES || self.bases.len() != self.nranks {
+            return Err(plan_error(
+                seq,
+                0,
+                0,
+                format!(
+                    "a one-shot all_reduce of {bytes} bytes, which needs a direct path and at \
+                     most {DIRECT_MAX_BYTES} bytes"
+                ),
+            ));
         }
         if input.addr == 0
             || output.addr == 0
@@ -1770,6 +1778,14 @@ impl Inner {
                     };
                     match step {
                         Step::Flow(f) => {
+                            if f.acc {
+                                return Err(plan_error(
+                                    seq,
+                                    ch,
+                                    i,
+                                    "an accumulating flow (one-shot plans run as their kernel)",
+                                ));
+                            }
                             let inputs = f.recv.len() + f.src.is_some() as usize;
                             if (!f.reduce && inputs > 1) || inputs == 0 {
                                 return Err(plan_error(

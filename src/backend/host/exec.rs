@@ -460,6 +460,8 @@ struct Kernel {
     red: Reduction,
     pre: Option<f64>,
     post: Option<u64>,
+    /// Fold the value into what `dst` holds ([`Flow::acc`]).
+    acc: bool,
 }
 
 fn no_comm() -> Error {
@@ -740,6 +742,7 @@ impl<'p, 'f> ChannelRun<'p, 'f> {
                     dst,
                     pre_op,
                     post_op,
+                    acc,
                     ..
                 } = *f;
                 let mut fs = FlowState {
@@ -762,6 +765,7 @@ impl<'p, 'f> ChannelRun<'p, 'f> {
                         } else {
                             None
                         },
+                        acc,
                     },
                     piece: 0,
                     posted: [0; MAX_STEP_PEERS],
@@ -959,6 +963,11 @@ unsafe fn compute_piece(
     sends: &[*mut u8],
     dst: Option<*mut u8>,
 ) {
+    if let (true, Some(d)) = (k.acc, dst) {
+        // SAFETY: forwarded contract; validated: no sends, `d` is the target.
+        unsafe { accumulate_piece(k, bytes, src, recvs, d) };
+        return;
+    }
     let target = match (sends.first(), dst) {
         (Some(&s), _) => s,
         (None, Some(d)) => d,
@@ -1029,6 +1038,42 @@ unsafe fn compute_piece(
             // which never overlaps user memory.
             unsafe { std::ptr::copy_nonoverlapping(target as *const u8, d, bytes) };
         }
+    }
+}
+
+/// [`compute_piece`] of an accumulating flow: `dst = dst ⊕ value`.
+///
+/// # Safety
+/// As for [`compute_piece`]; `dst` is the flow's only output.
+unsafe fn accumulate_piece(
+    k: &Kernel,
+    bytes: usize,
+    src: Option<*const u8>,
+    recvs: &[*const u8],
+    dst: *mut u8,
+) {
+    let mut held = vec![0u64; bytes.div_ceil(8)];
+    let mut value = vec![0u64; bytes.div_ceil(8)];
+    let value_ptr = value.as_mut_ptr() as *mut u8;
+    // SAFETY: `dst` is readable for `bytes`; `held` is a fresh allocation.
+    unsafe { std::ptr::copy_nonoverlapping(dst, held.as_mut_ptr() as *mut u8, bytes) };
+    let plain = Kernel {
+        post: None,
+        acc: false,
+        ..*k
+    };
+    // SAFETY: the value goes to a fresh buffer of `bytes`; inputs as the
+    // caller guarantees.
+    unsafe { compute_piece(&plain, bytes, src, recvs, &[], Some(value_ptr)) };
+    // SAFETY: `dst` is writable for `bytes` and aliases neither copy.
+    let t = unsafe { std::slice::from_raw_parts_mut(dst, bytes) };
+    let as_bytes = |v: &[u64]| {
+        // SAFETY: a u64 buffer of at least `bytes` bytes, read as bytes.
+        unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, bytes) }
+    };
+    reduce::reduce(k.dtype, k.red.combine, t, as_bytes(&held), as_bytes(&value));
+    if let Some(d) = k.post {
+        reduce::post_div(k.dtype, d, t);
     }
 }
 

@@ -85,6 +85,11 @@ pub(crate) fn validate(plan: &Plan, seq: u64, lim: &Limits) -> Result<()> {
                     if inputs == 0 && (outputs > 0 || f.count > 0) {
                         return Err(err("flow without input".into()));
                     }
+                    if f.acc && (!f.reduce || f.dst.is_none() || !f.send.is_empty()) {
+                        return Err(err(
+                            "an accumulating flow must reduce into dst and send nothing".into(),
+                        ));
+                    }
                     for p in f.recv.iter().chain(f.send.iter()) {
                         peer(p)?;
                         if p == lim.rank {

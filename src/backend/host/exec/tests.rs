@@ -156,6 +156,7 @@ fn flow(recv: Peers, send: Peers, src: Option<Region>, dst: Option<Region>, coun
         reduce: true,
         pre_op: src.is_some(),
         post_op: false,
+        acc: false,
     }
 }
 
