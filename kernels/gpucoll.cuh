@@ -1,6 +1,7 @@
-// Plain-old-data structures shared by the step-interpreter kernel and the
-// Rust side (src/backend/cuda/abi.rs mirrors every struct here field by
-// field; sizes are checked by static_asserts on both sides).
+// Plain-old-data structures and constants shared by the kernels and the
+// Rust side. src/backend/cuda/abi.rs mirrors every struct field by field;
+// its tests compare each field's offset and size and each constant with this
+// header (build.rs reads it: one `<fixed-width type> name;` per line).
 #pragma once
 #include <stdint.h>
 
