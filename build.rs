@@ -5,15 +5,24 @@
 //! compute_90 so newer GPUs JIT it) in `OUT_DIR/gpucoll_kernels.fatbin`,
 //! which `src/backend/cuda` embeds with `include_bytes!`.
 //!
+//! It also writes `OUT_DIR/abi_layout.rs`: the layout of every struct and
+//! the value of every constant of `kernels/gpucoll.cuh` as nvcc sees them,
+//! which the tests of `src/backend/cuda/abi.rs` compare field by field with
+//! the Rust mirrors (`build/abi_layout.rs`).
+//!
 //! nvcc is searched in `$NVCC`, `$CUDA_HOME/bin`, `$CUDA_PATH/bin`, `PATH`,
 //! then `./.cuda/nvidia/cu13/bin` (the pinned PyPI wheels that
 //! `scripts/setup.sh --cuda` installs).
+
+#[path = "build/abi_layout.rs"]
+mod abi_layout;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=build/abi_layout.rs");
     println!("cargo:rerun-if-env-changed=CARGO_FEATURE_CUDA");
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
@@ -70,21 +79,17 @@ fn build_kernels() {
     println!("cargo:rerun-if-changed={}", kdir.display());
 
     let mut sources: Vec<PathBuf> = Vec::new();
-    let mut headers: Vec<PathBuf> = Vec::new();
     let entries = std::fs::read_dir(&kdir)
         .unwrap_or_else(|e| panic!("feature `cuda`: cannot read {}: {e}", kdir.display()));
     for e in entries.flatten() {
         let p = e.path();
-        match p.extension().and_then(|x| x.to_str()) {
-            Some("cu") => sources.push(p),
-            Some("cuh") | Some("h") => headers.push(p),
-            _ => {}
+        // Every file: a header included by another header must rebuild too.
+        println!("cargo:rerun-if-changed={}", p.display());
+        if p.extension().and_then(|x| x.to_str()) == Some("cu") {
+            sources.push(p);
         }
     }
     sources.sort();
-    for p in sources.iter().chain(&headers) {
-        println!("cargo:rerun-if-changed={}", p.display());
-    }
     if sources.is_empty() {
         panic!(
             "feature `cuda`: no kernels/*.cu found in {}",
@@ -137,9 +142,17 @@ fn build_kernels() {
         std::fs::write(&all, text).expect("write the combined kernel unit into OUT_DIR");
         cmd.arg("-o").arg(&fatbin).arg(&all);
     }
-    let status = cmd
-        .status()
+    let mut kernels = cmd
+        .spawn()
         .unwrap_or_else(|e| panic!("feature `cuda`: could not run {}: {e}", nvcc.display()));
+    // The ABI probe (a few seconds) runs while the kernels compile.
+    let probe = abi_layout::write_layout(&nvcc, &kdir, &out);
+    let status = kernels
+        .wait()
+        .unwrap_or_else(|e| panic!("feature `cuda`: waiting for {}: {e}", nvcc.display()));
+    if let Err(e) = probe {
+        panic!("feature `cuda`: the Rust <-> CUDA ABI probe failed: {e}");
+    }
     if !status.success() {
         panic!(
             "feature `cuda`: nvcc ({}) failed to compile kernels/: {status}",

@@ -1,6 +1,7 @@
-// Plain-old-data structures shared by the step-interpreter kernel and the
-// Rust side (src/backend/cuda/abi.rs mirrors every struct here field by
-// field; sizes are checked by static_asserts on both sides).
+// Plain-old-data structures and constants shared by the kernels and the
+// Rust side. src/backend/cuda/abi.rs mirrors every struct field by field;
+// its tests compare each field's offset and size and each constant with this
+// header (build.rs reads it: one `<fixed-width type> name;` per line).
 #pragma once
 #include <stdint.h>
 
@@ -122,7 +123,7 @@ struct GcArgs {
 // every peer P2P-mapped). Each rank's direct area starts with a control
 // word pair (GcDirectCtl, in its own device memory) and then holds, per
 // parity (launch epoch & 1), a flag array [sender][block] of GcFlag and an
-// inbox per sender. See kernels/coll.cu (gc_direct_ar_*) for the protocol.
+// inbox per sender. See kernels/oneshot.cuh for the protocol.
 #define GC_DIRECT_MAX_RANKS 8
 #define GC_DIRECT_MAX_BLOCKS 64
 // Direct flag: the inbox holds LL lines (data and epoch in every 8 bytes)

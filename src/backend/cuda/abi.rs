@@ -1,5 +1,8 @@
 //! `#[repr(C)]` mirrors of the structs in `kernels/gpucoll.cuh`, field by
-//! field (sizes are asserted here and by `static_assert`s in the kernel).
+//! field. The tests below compare every field's offset and size, every
+//! struct's size and alignment and every constant with the header as nvcc
+//! lays it out (`build/abi_layout.rs` generates the C side), so a field
+//! changed on one side only fails `cargo test`.
 
 /// Step kinds.
 pub(crate) const STEP_FLOW: u32 = 0;
@@ -142,6 +145,27 @@ pub(crate) struct GcDirectArgs {
     pub get_flag: [u64; DIRECT_RANKS],
 }
 
+/// `GcFlag`: one direct-path flag. The backend addresses the flag arrays by
+/// byte offset; this mirror pins their 16-byte element in the layout test.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+#[allow(dead_code)]
+pub(crate) struct GcFlag {
+    pub epoch: u64,
+    pub meta: u64,
+}
+
+/// `GcDirectCtl`: the direct kernels' launch counter, at the start of the
+/// direct area (addressed by offset; mirrored for the layout test).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+#[allow(dead_code)]
+pub(crate) struct GcDirectCtl {
+    pub epoch: u64,
+    pub done: u32,
+    pub pad: u32,
+}
+
 const _: () = assert!(std::mem::size_of::<GcDirectArgs>() == 368);
 const _: () = assert!(std::mem::size_of::<GcStep>() == 64);
 const _: () = assert!(std::mem::size_of::<GcConn>() == 64);
@@ -149,3 +173,293 @@ const _: () = assert!(std::mem::size_of::<GcChan>() == 16);
 const _: () = assert!(std::mem::size_of::<GcGroupEntry>() == 16);
 const _: () = assert!(std::mem::size_of::<GcChanStatus>() == 64);
 const _: () = assert!(std::mem::size_of::<GcArgs>() == 112);
+
+#[cfg(test)]
+mod layout_tests {
+    use super::*;
+    use std::mem::{align_of, offset_of, size_of};
+
+    // C_STRUCTS, C_FIELDS and C_CONSTS: kernels/gpucoll.cuh as nvcc lays it out.
+    include!(concat!(env!("OUT_DIR"), "/abi_layout.rs"));
+
+    /// One Rust mirror: name, size, alignment, (field, offset, size) in
+    /// declaration order.
+    type RustLayout = (
+        &'static str,
+        usize,
+        usize,
+        Vec<(&'static str, usize, usize)>,
+    );
+
+    fn size_of_field<S, F>(_: fn(&S) -> &F) -> usize {
+        size_of::<F>()
+    }
+
+    /// The layout of a Rust mirror, fields in memory order. The list must
+    /// name every field: the destructuring fails to compile when one is
+    /// missing.
+    macro_rules! rust_layout {
+        ($t:ident { $($f:ident),* $(,)? }) => {{
+            let _every_field_listed = |v: $t| {
+                let $t { $($f: _),* } = v;
+            };
+            let mut fields = vec![$((
+                stringify!($f),
+                offset_of!($t, $f),
+                size_of_field::<$t, _>(|v| &v.$f),
+            )),*];
+            fields.sort_by_key(|f| f.1);
+            (stringify!($t), size_of::<$t>(), align_of::<$t>(), fields)
+        }};
+    }
+
+    /// The C struct each Rust mirror stands for (both connector sides are one
+    /// Rust type).
+    fn mirrors() -> Vec<(&'static str, RustLayout)> {
+        let conn = || {
+            rust_layout!(GcConn {
+                data,
+                meta,
+                tail,
+                head,
+                step,
+                pad
+            })
+        };
+        vec![
+            (
+                "GcStep",
+                rust_layout!(GcStep {
+                    src,
+                    dst,
+                    count,
+                    kind,
+                    flags,
+                    nrecv,
+                    nsend,
+                    recv,
+                    send
+                }),
+            ),
+            ("GcSendConn", conn()),
+            ("GcRecvConn", conn()),
+            (
+                "GcChan",
+                rust_layout!(GcChan {
+                    channel,
+                    first,
+                    nsteps,
+                    pad
+                }),
+            ),
+            (
+                "GcChanStatus",
+                rust_layout!(GcChanStatus {
+                    code,
+                    peer,
+                    got,
+                    want,
+                    progress,
+                    pad
+                }),
+            ),
+            (
+                "GcGroupEntry",
+                rust_layout!(GcGroupEntry {
+                    item,
+                    pad,
+                    first,
+                    nsteps
+                }),
+            ),
+            (
+                "GcArgs",
+                rust_layout!(GcArgs {
+                    steps,
+                    chans,
+                    send,
+                    recv,
+                    abort_word,
+                    status,
+                    scale,
+                    iscale,
+                    div,
+                    nranks,
+                    rank,
+                    slot_bytes,
+                    slots,
+                    seq,
+                    op,
+                    items,
+                    entries,
+                }),
+            ),
+            ("GcFlag", rust_layout!(GcFlag { epoch, meta })),
+            (
+                "GcDirectCtl",
+                rust_layout!(GcDirectCtl { epoch, done, pad }),
+            ),
+            (
+                "GcDirectArgs",
+                rust_layout!(GcDirectArgs {
+                    input,
+                    output,
+                    count,
+                    abort_word,
+                    status,
+                    scale,
+                    iscale,
+                    div,
+                    ctl,
+                    meta,
+                    parity_bytes,
+                    ll_off,
+                    nranks,
+                    rank,
+                    op,
+                    flags,
+                    put_data,
+                    put_flag,
+                    get_data,
+                    get_flag,
+                }),
+            ),
+        ]
+    }
+
+    /// Every mismatch between the header and the mirrors, one line each.
+    fn struct_mismatches() -> Vec<String> {
+        let mirrors = mirrors();
+        let mut bad = Vec::new();
+        for &(c_name, size, align) in C_STRUCTS {
+            let Some((_, (r_name, r_size, r_align, r_fields))) =
+                mirrors.iter().find(|(c, _)| *c == c_name)
+            else {
+                bad.push(format!(
+                    "struct {c_name} of gpucoll.cuh has no Rust mirror in abi.rs"
+                ));
+                continue;
+            };
+            if (size, align) != (*r_size, *r_align) {
+                bad.push(format!(
+                    "{c_name}: C size {size} align {align}, Rust {r_name} size {r_size} align {r_align}"
+                ));
+            }
+            let c_fields: Vec<(&str, usize, usize)> = C_FIELDS
+                .iter()
+                .filter(|f| f.0 == c_name)
+                .map(|f| (f.1, f.2, f.3))
+                .collect();
+            if c_fields.len() != r_fields.len() {
+                bad.push(format!(
+                    "{c_name}: {} fields in C, {} in Rust {r_name}",
+                    c_fields.len(),
+                    r_fields.len()
+                ));
+            }
+            for (c, r) in c_fields.iter().zip(r_fields) {
+                if c != r {
+                    bad.push(format!(
+                        "{c_name}: C field {} at offset {} size {}, Rust {r_name}.{} at offset {} size {}",
+                        c.0, c.1, c.2, r.0, r.1, r.2
+                    ));
+                }
+            }
+        }
+        for (c_name, _) in &mirrors {
+            if !C_STRUCTS.iter().any(|s| s.0 == *c_name) {
+                bad.push(format!(
+                    "Rust mirrors struct {c_name}, which gpucoll.cuh lacks"
+                ));
+            }
+        }
+        bad
+    }
+
+    /// Constants of the header with their Rust value.
+    fn mirrored_consts() -> Vec<(&'static str, u64)> {
+        vec![
+            ("GC_MAX_PEERS", MAX_PEERS as u64),
+            ("GC_STEP_FLOW", STEP_FLOW.into()),
+            ("GC_STEP_EXCHANGE", STEP_EXCHANGE.into()),
+            ("GC_FLAG_REDUCE", FLAG_REDUCE.into()),
+            ("GC_FLAG_PRE_OP", FLAG_PRE_OP.into()),
+            ("GC_FLAG_POST_OP", FLAG_POST_OP.into()),
+            ("GC_FLAG_LL", FLAG_LL.into()),
+            ("GC_ERR_NONE", ERR_NONE.into()),
+            ("GC_ERR_ABORTED", ERR_ABORTED.into()),
+            ("GC_ERR_META", ERR_META.into()),
+            ("GC_ERR_BAD_STEP", ERR_BAD_STEP.into()),
+            ("GC_ERR_COUNTERS", ERR_COUNTERS.into()),
+            ("GC_CONN_TAIL_OFF", CONN_TAIL_OFF),
+            ("GC_CONN_META_OFF", CONN_META_OFF),
+            ("GC_CONN_HEADER", CONN_HEADER),
+            ("GC_HEAD_STRIDE", HEAD_STRIDE),
+            ("GC_DIRECT_MAX_RANKS", DIRECT_RANKS as u64),
+            ("GC_LL_HEADER_LINES", LL_HEADER_LINES),
+        ]
+    }
+
+    /// Constants of the header that abi.rs does not define: the backend
+    /// keeps its own copies (the op codes in its `Combine` mapping,
+    /// `DIRECT_MAX_BLOCKS`), checked by the GPU runs.
+    const UNMIRRORED_CONSTS: &[&str] = &[
+        "GC_OP_SUM",
+        "GC_OP_PROD",
+        "GC_OP_MIN",
+        "GC_OP_MAX",
+        "GC_DIRECT_MAX_BLOCKS",
+    ];
+
+    fn const_mismatches() -> Vec<String> {
+        let rust = mirrored_consts();
+        let mut bad = Vec::new();
+        for &(name, value) in C_CONSTS {
+            match rust.iter().find(|(n, _)| *n == name) {
+                Some(&(_, r)) if r != value => {
+                    bad.push(format!("{name}: {value} in gpucoll.cuh, {r} in abi.rs"))
+                }
+                Some(_) => {}
+                None if UNMIRRORED_CONSTS.contains(&name) => {}
+                None => bad.push(format!(
+                    "{name} of gpucoll.cuh is neither mirrored in abi.rs nor listed as unmirrored"
+                )),
+            }
+        }
+        for (name, _) in &rust {
+            if !C_CONSTS.iter().any(|c| c.0 == *name) {
+                bad.push(format!("abi.rs mirrors {name}, which gpucoll.cuh lacks"));
+            }
+        }
+        bad
+    }
+
+    #[test]
+    fn structs_match_the_kernel_header_field_by_field() {
+        let bad = struct_mismatches();
+        assert!(
+            bad.is_empty(),
+            "kernels/gpucoll.cuh and abi.rs disagree:\n{}",
+            bad.join("\n")
+        );
+    }
+
+    #[test]
+    fn constants_match_the_kernel_header() {
+        let bad = const_mismatches();
+        assert!(
+            bad.is_empty(),
+            "kernels/gpucoll.cuh and abi.rs disagree:\n{}",
+            bad.join("\n")
+        );
+    }
+
+    #[test]
+    fn the_probe_saw_every_struct_of_the_header() {
+        // Guards the generated tables themselves: an empty or truncated
+        // probe output would make the comparisons above vacuous.
+        assert_eq!(C_STRUCTS.len(), mirrors().len());
+        let fields: usize = mirrors().iter().map(|(_, l)| l.3.len()).sum();
+        assert_eq!(C_FIELDS.len(), fields);
+    }
+}

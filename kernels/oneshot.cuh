@@ -1,0 +1,339 @@
+// The direct one-shot all_reduce (gc_direct_ar_* kernels) over peer memory
+// mapped with CUDA IPC: all_reduce of `count` elements, every block
+// independent except for the launch counter:
+//  0. every block reads the epoch e = ctl.epoch + 1 (the last block to
+//     finish a launch advances ctl.epoch, so all blocks of one launch agree
+//     and a replayed graph gets a fresh epoch); parity = e & 1 selects one of
+//     two copies of every inbox and flag.
+//  Simple (GC_FLAG_LL clear):
+//  1. block b pushes its slice of pre(input) into every peer's inbox (NVLink
+//     stores), fences, then writes meta and (fenced) epoch into the peer's
+//     flag [us][b];
+//  2. it waits until every peer's flag [peer][b] in our memory reached e and
+//     checks its meta;
+//  3. it reduces its slice in rank order (own pre(input) at position `rank`,
+//     the inboxes elsewhere), applies the post-op and writes the output.
+//  LL (GC_FLAG_LL set; small messages): the inbox's LL area holds 16-byte lines
+//  {data lo, e, data hi, e}; each 8-byte half is stored atomically, so a
+//  line whose two flags equal e carries this launch's 8 data bytes and no
+//  fence or separate flag is needed. Line b (< GC_LL_HEADER_LINES) is block
+//  b's header {meta lo, e, meta hi, e}; data unit i (8 bytes) is line
+//  GC_LL_HEADER_LINES + i. Thread 0 checks the headers, then every thread
+//  waits for its own lines, reduces and writes.
+// Double buffering by parity suffices: a peer can be at most one launch
+// ahead (it cannot finish launch e+1 before we wrote our data of e+1, which
+// we do only after launch e finished here), so it never overwrites a parity
+// we still read. Launch numbers agree on all ranks because every rank picks
+// the direct path for the same calls with the same grid.
+#pragma once
+#include "gpucoll.cuh"
+#include "primitives.cuh"
+#include "reduce.cuh"
+
+template <typename T, uint32_t OP, int U>
+__device__ __forceinline__ void direct_packs(const GcDirectArgs& a, uint64_t off, uint64_t poff, uint64_t k, uint64_t nt, const GcArgs& sa) {
+  const bool pre = a.flags & GC_FLAG_PRE_OP;
+  uint4 acc[U];
+  for (uint32_t p = 0; p < a.nranks; p++) {
+    uint4 x[U];
+    if (p == a.rank) {
+#pragma unroll
+      for (int u = 0; u < U; u++) x[u] = *reinterpret_cast<const uint4*>(a.input + off + (k + u * nt) * 16);
+      if (pre) {
+#pragma unroll
+        for (int u = 0; u < U; u++) scale_pack<T>(x[u], sa);
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; u++) x[u] = ld_vol128(reinterpret_cast<const char*>(a.get_data[p] + poff + off) + (k + u * nt) * 16);
+    }
+    if (p == 0) {
+#pragma unroll
+      for (int u = 0; u < U; u++) acc[u] = x[u];
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; u++) combine_pack<T, OP>(acc[u], x[u]);
+    }
+  }
+  if (a.flags & GC_FLAG_POST_OP) {
+#pragma unroll
+    for (int u = 0; u < U; u++) div_pack<T>(acc[u], a.div);
+  }
+#pragma unroll
+  for (int u = 0; u < U; u++) *reinterpret_cast<uint4*>(a.output + off + (k + u * nt) * 16) = acc[u];
+}
+
+template <typename T, int U>
+__device__ __forceinline__ void direct_push(const GcDirectArgs& a, uint64_t off, uint64_t poff, uint64_t k, uint64_t nt, const GcArgs& sa) {
+  uint4 x[U];
+#pragma unroll
+  for (int u = 0; u < U; u++) x[u] = *reinterpret_cast<const uint4*>(a.input + off + (k + u * nt) * 16);
+  if (a.flags & GC_FLAG_PRE_OP) {
+#pragma unroll
+    for (int u = 0; u < U; u++) scale_pack<T>(x[u], sa);
+  }
+  for (uint32_t p = 0; p < a.nranks; p++) {
+    if (p == a.rank) continue;
+#pragma unroll
+    for (int u = 0; u < U; u++) *reinterpret_cast<uint4*>(a.put_data[p] + poff + off + (k + u * nt) * 16) = x[u];
+  }
+}
+
+// Record GC_ERR_ABORTED for block `b` unless an error is recorded already.
+__device__ __forceinline__ void direct_mark_aborted(const GcDirectArgs& a, uint64_t b, uint32_t peer) {
+  GcChanStatus* st = reinterpret_cast<GcChanStatus*>(a.status + b * sizeof(GcChanStatus));
+  if (ld_vol32((uint64_t)&st->code) == GC_ERR_NONE) {
+    st_vol32((uint64_t)&st->peer, peer);
+    __threadfence_system();
+    st_vol32((uint64_t)&st->code, GC_ERR_ABORTED);
+  }
+  __threadfence_system();
+}
+
+// Record a metadata mismatch with `peer` and raise the kernels' abort word.
+__device__ __forceinline__ void direct_mark_meta(const GcDirectArgs& a, uint64_t b, uint32_t peer, uint64_t got) {
+  GcChanStatus* st = reinterpret_cast<GcChanStatus*>(a.status + b * sizeof(GcChanStatus));
+  if (ld_vol32((uint64_t)&st->code) == GC_ERR_NONE) {
+    st_vol32((uint64_t)&st->peer, peer);
+    st_vol64((uint64_t)&st->got, got);
+    st_vol64((uint64_t)&st->want, a.meta);
+    __threadfence_system();
+    st_vol32((uint64_t)&st->code, GC_ERR_META);
+  }
+  st_vol32(a.abort_word + 4, GC_ERR_META);
+  __threadfence_system();
+}
+
+// The Simple one-shot body of one block (steps 1-3 above).
+template <typename T, uint32_t OP>
+__device__ void direct_simple(const GcDirectArgs& a, uint64_t e, uint64_t poff, int* stop) {
+  constexpr int E = 16 / sizeof(T);
+  // The scaling helpers read these fields of a GcArgs.
+  GcArgs sa{};
+  sa.scale = a.scale;
+  sa.iscale = a.iscale;
+  const uint64_t tid = threadIdx.x, nt = blockDim.x, b = blockIdx.x;
+  const uint64_t per = ((a.count + gridDim.x - 1) / gridDim.x + E - 1) / E * E;
+  const uint64_t lo = min(a.count, b * per), hi = min(a.count, lo + per);
+  const uint64_t n = hi - lo;
+  const bool vec = ((a.input | a.output) & 15) == 0;
+  const bool pre = a.flags & GC_FLAG_PRE_OP;
+  const uint64_t off = lo * sizeof(T);  // byte offset of this block's slice
+  // 1. push
+  uint64_t done = 0;
+  if (vec) {
+    const uint64_t npk = n / E;
+    uint64_t k = tid;
+    for (; k + 3 * nt < npk; k += 4 * nt) direct_push<T, 4>(a, off, poff, k, nt, sa);
+    for (; k < npk; k += nt) direct_push<T, 1>(a, off, poff, k, nt, sa);
+    done = npk * E;
+  }
+  for (uint64_t i = done + tid; i < n; i += nt) {
+    T v = reinterpret_cast<const T*>(a.input + off)[i];
+    if (pre) v = Arith<T>::scale(v, sa);
+    for (uint32_t p = 0; p < a.nranks; p++)
+      if (p != a.rank) reinterpret_cast<T*>(a.put_data[p] + poff + off)[i] = v;
+  }
+  __threadfence_system();
+  __syncthreads();
+  if (tid == 0) {
+    for (uint32_t p = 0; p < a.nranks; p++) {
+      if (p == a.rank) continue;
+      GcFlag* f = reinterpret_cast<GcFlag*>(a.put_flag[p] + poff) + b;
+      st_vol64((uint64_t)&f->meta, a.meta);
+      __threadfence_system();
+      st_vol64((uint64_t)&f->epoch, e);
+    }
+    // 2. wait for every peer's slice
+    for (uint32_t p = 0; p < a.nranks && !*stop; p++) {
+      if (p == a.rank) continue;
+      GcFlag* f = reinterpret_cast<GcFlag*>(a.get_flag[p] + poff) + b;
+      uint32_t spins = 0;
+      while (ld_vol64((uint64_t)&f->epoch) < e) {
+        if (++spins == GC_ABORT_SPINS) {
+          spins = 0;
+          if (ld_vol64(a.abort_word) != 0) {
+            direct_mark_aborted(a, b, p);
+            *stop = 1;
+            break;
+          }
+        }
+      }
+      if (*stop) break;
+      __threadfence_system();
+      uint64_t got = ld_vol64((uint64_t)&f->meta);
+      if (got != a.meta) {
+        direct_mark_meta(a, b, p, got);
+        *stop = 1;
+      }
+    }
+  }
+  __syncthreads();
+  if (*stop) return;
+  // 3. reduce in rank order
+  done = 0;
+  if (vec) {
+    const uint64_t npk = n / E;
+    uint64_t k = tid;
+    for (; k + 3 * nt < npk; k += 4 * nt) direct_packs<T, OP, 4>(a, off, poff, k, nt, sa);
+    for (; k < npk; k += nt) direct_packs<T, OP, 1>(a, off, poff, k, nt, sa);
+    done = npk * E;
+  }
+  for (uint64_t i = done + tid; i < n; i += nt) {
+    T acc{};
+    for (uint32_t p = 0; p < a.nranks; p++) {
+      T x;
+      if (p == a.rank) {
+        x = reinterpret_cast<const T*>(a.input + off)[i];
+        if (pre) x = Arith<T>::scale(x, sa);
+      } else {
+        x = ld_vol_elem(reinterpret_cast<const T*>(a.get_data[p] + poff + off) + i);
+      }
+      acc = p == 0 ? x : combine<T, OP>(acc, x);
+    }
+    if (a.flags & GC_FLAG_POST_OP) acc = Arith<T>::div(acc, a.div);
+    reinterpret_cast<T*>(a.output + off)[i] = acc;
+  }
+}
+
+// Unit `i` (8 bytes) of the input, pre-op applied, as elements; missing
+// elements past `count` are zero.
+template <typename T>
+__device__ __forceinline__ uint64_t ll_load_unit(const GcDirectArgs& a, uint64_t i, const GcArgs& sa) {
+  constexpr int E8 = 8 / sizeof(T);
+  T v[E8];
+  const uint64_t first = i * E8;
+  if ((a.input & 7) == 0 && first + E8 <= a.count) {
+    uint64_t w = *reinterpret_cast<const uint64_t*>(a.input + i * 8);
+    memcpy(v, &w, 8);
+  } else {
+#pragma unroll
+    for (int j = 0; j < E8; j++) v[j] = first + j < a.count ? reinterpret_cast<const T*>(a.input)[first + j] : T{};
+  }
+  if (a.flags & GC_FLAG_PRE_OP) {
+#pragma unroll
+    for (int j = 0; j < E8; j++) v[j] = Arith<T>::scale(v[j], sa);
+  }
+  uint64_t w;
+  memcpy(&w, v, 8);
+  return w;
+}
+
+// The LL one-shot body of one block (see the protocol above).
+template <typename T, uint32_t OP>
+__device__ void direct_ll(const GcDirectArgs& a, uint64_t e, uint64_t poff, int* stop) {
+  constexpr int E8 = 8 / sizeof(T);
+  GcArgs sa{};
+  sa.scale = a.scale;
+  sa.iscale = a.iscale;
+  const uint64_t tid = threadIdx.x, nt = blockDim.x, b = blockIdx.x;
+  const uint32_t flag = (uint32_t)e;
+  const uint64_t units = (a.count + E8 - 1) / E8;
+  const uint64_t per = (units + gridDim.x - 1) / gridDim.x;
+  const uint64_t lo = min(units, b * per), hi = min(units, lo + per);
+  // 1. push the header and this block's lines to every peer
+  if (tid == 0) {
+    for (uint32_t p = 0; p < a.nranks; p++)
+      if (p != a.rank) st_ll(a.put_data[p] + poff + a.ll_off + b * 16, a.meta, flag);
+  }
+  for (uint64_t i = lo + tid; i < hi; i += nt) {
+    const uint64_t w = ll_load_unit<T>(a, i, sa);
+    for (uint32_t p = 0; p < a.nranks; p++)
+      if (p != a.rank) st_ll(a.put_data[p] + poff + a.ll_off + (GC_LL_HEADER_LINES + i) * 16, w, flag);
+  }
+  // 2. headers: the peers issued the same call
+  if (tid == 0) {
+    for (uint32_t p = 0; p < a.nranks && !*stop; p++) {
+      if (p == a.rank) continue;
+      uint64_t got;
+      if (!ld_ll(a.get_data[p] + poff + a.ll_off + b * 16, flag, a.abort_word, &got)) {
+        direct_mark_aborted(a, b, p);
+        *stop = 1;
+      } else if (got != a.meta) {
+        direct_mark_meta(a, b, p, got);
+        *stop = 1;
+      }
+    }
+    if (!*stop) {
+      GcChanStatus* st = reinterpret_cast<GcChanStatus*>(a.status + b * sizeof(GcChanStatus));
+      st_vol64((uint64_t)&st->progress, ld_vol64((uint64_t)&st->progress) + 1);
+    }
+  }
+  __syncthreads();
+  if (*stop) return;
+  // 3. reduce every unit in rank order and write it
+  bool aborted = false;
+  for (uint64_t i = lo + tid; i < hi && !aborted; i += nt) {
+    T acc[E8];
+    for (uint32_t p = 0; p < a.nranks; p++) {
+      uint64_t w;
+      if (p == a.rank) {
+        w = ll_load_unit<T>(a, i, sa);
+      } else if (!ld_ll(a.get_data[p] + poff + a.ll_off + (GC_LL_HEADER_LINES + i) * 16, flag, a.abort_word, &w)) {
+        aborted = true;
+        break;
+      }
+      T x[E8];
+      memcpy(x, &w, 8);
+#pragma unroll
+      for (int j = 0; j < E8; j++) acc[j] = p == 0 ? x[j] : combine<T, OP>(acc[j], x[j]);
+    }
+    if (aborted) break;
+    if (a.flags & GC_FLAG_POST_OP) {
+#pragma unroll
+      for (int j = 0; j < E8; j++) acc[j] = Arith<T>::div(acc[j], a.div);
+    }
+    const uint64_t first = i * E8;
+    if ((a.output & 7) == 0 && first + E8 <= a.count) {
+      uint64_t w;
+      memcpy(&w, acc, 8);
+      *reinterpret_cast<uint64_t*>(a.output + i * 8) = w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < E8; j++)
+        if (first + j < a.count) reinterpret_cast<T*>(a.output)[first + j] = acc[j];
+    }
+  }
+  if (aborted) *stop = 1;  // benign race: every writer stores 1
+  __syncthreads();
+  if (*stop && tid == 0) direct_mark_aborted(a, b, a.rank);
+}
+
+template <typename T, uint32_t OP>
+__device__ void direct_all_reduce(const GcDirectArgs& a) {
+  __shared__ uint64_t epoch;
+  __shared__ int stop;
+  GcDirectCtl* ctl = reinterpret_cast<GcDirectCtl*>(a.ctl);
+  if (threadIdx.x == 0) {
+    epoch = ld_vol64((uint64_t)&ctl->epoch) + 1;
+    stop = 0;
+  }
+  __syncthreads();
+  const uint64_t e = epoch;
+  const uint64_t poff = (e & 1) * a.parity_bytes;
+  if (a.flags & GC_FLAG_LL) {
+    direct_ll<T, OP>(a, e, poff, &stop);
+  } else {
+    direct_simple<T, OP>(a, e, poff, &stop);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && !stop) {
+    // Every block read the epoch at its start, so the last one to finish
+    // may advance it for the next launch (stream order publishes it).
+    __threadfence();
+    if (atomicAdd(&ctl->done, 1u) == gridDim.x - 1) {
+      ctl->done = 0;
+      ctl->epoch = e;
+    }
+  }
+}
+
+template <typename T>
+__device__ void direct_all_reduce_op(const GcDirectArgs& a) {
+  switch (a.op) {
+    case GC_OP_SUM: direct_all_reduce<T, GC_OP_SUM>(a); break;
+    case GC_OP_PROD: direct_all_reduce<T, GC_OP_PROD>(a); break;
+    case GC_OP_MIN: direct_all_reduce<T, GC_OP_MIN>(a); break;
+    default: direct_all_reduce<T, GC_OP_MAX>(a); break;
+  }
+}

@@ -1,0 +1,84 @@
+//! The stages on the public API (`--stage NAME`) and what they share:
+//! inputs, pending raw calls and their verification.
+
+mod graph;
+mod raw;
+mod timeout;
+
+use gpucoll::mpi::MpiComm;
+use gpucoll::{Communicator, DeviceBuffer};
+use graph::stage_graph;
+use raw::stage_raw;
+use std::ffi::c_void;
+use std::fmt::Write as _;
+use timeout::stage_timeout;
+
+/// Input value of rank `r` at index `j` in round `it`: small integers,
+/// so f32 sums are exact.
+pub(crate) fn gv(r: usize, j: u64, it: u64) -> f32 {
+    ((r as u64 * 31 + j * 7 + it * 5) % 101) as f32
+}
+
+pub(crate) fn vp(b: &DeviceBuffer<f32>) -> *mut c_void {
+    b.device_ptr() as usize as *mut c_void
+}
+
+/// An argument check: what, the call's result, the error it expects.
+pub(crate) type ErrCheck = (
+    &'static str,
+    gpucoll::Result<()>,
+    fn(&gpucoll::Error) -> bool,
+);
+
+/// One raw collective in flight: its output buffer and expected contents.
+pub(crate) struct Pending {
+    pub(crate) what: String,
+    pub(crate) out: DeviceBuffer<f32>,
+    pub(crate) _keep: Option<DeviceBuffer<f32>>,
+    pub(crate) want: Vec<(usize, f32)>,
+}
+
+/// Compare a synchronized Pending with its expected values.
+pub(crate) fn verify(p: &Pending, rank: usize, log: &mut String) -> gpucoll::Result<usize> {
+    let got = p.out.to_vec()?;
+    let mut bad = 0usize;
+    let mut first = None;
+    for &(i, w) in &p.want {
+        let g = got.get(i).copied();
+        if g != Some(w) {
+            bad += 1;
+            first.get_or_insert((i, g, w));
+        }
+    }
+    if let Some((i, g, w)) = first {
+        let _ = writeln!(
+            log,
+            "rank {rank} WRONG {}: {bad} elements; first at {i}: got {g:?} want {w}",
+            p.what
+        );
+    }
+    Ok(bad)
+}
+
+pub(crate) fn run_stage(
+    name: &str,
+    world: &Communicator,
+    mpi: &MpiComm,
+    log: &mut String,
+) -> usize {
+    let r = match name {
+        "raw" => stage_raw(world, log),
+        "graph" => stage_graph(world, log),
+        "timeout" => stage_timeout(world, mpi, log),
+        other => Err(gpucoll::Error::InvalidUsage(format!(
+            "unknown stage {other}"
+        ))),
+    };
+    match r {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = writeln!(log, "rank {} ERROR stage {name}: {e}", world.rank());
+            1
+        }
+    }
+}
