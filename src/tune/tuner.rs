@@ -177,7 +177,7 @@ impl Tuner {
     /// The protocols the backend implements for `kind` run by `algo`.
     fn implemented(&self, kind: CollKind, algo: Algorithm) -> &[Protocol] {
         if kind == CollKind::AllReduce
-            && algo == Algorithm::OneShot
+            && matches!(algo, Algorithm::Direct | Algorithm::OneShot)
             && !self.caps.direct_protocols.is_empty()
         {
             &self.caps.direct_protocols
@@ -190,7 +190,7 @@ impl Tuner {
     /// `GPUCOLL_PROTO`. A forced protocol applies where the algorithm
     /// implements it; the others keep their own (a warning when no
     /// algorithm implements it at all).
-    fn protocols(&self, kind: CollKind, algo: Algorithm) -> Vec<Protocol> {
+    fn protocols(&self, kind: CollKind, algo: Algorithm, forced: bool) -> Vec<Protocol> {
         let mut avail: Vec<Protocol> = Protocol::ALL
             .into_iter()
             .filter(|p| self.implemented(kind, algo).contains(p))
@@ -198,7 +198,7 @@ impl Tuner {
         if avail.is_empty() {
             avail.push(Protocol::Simple);
         }
-        match self.config.proto {
+        match self.config.proto.filter(|_| forced) {
             Some(p) if avail.contains(&p) => vec![p],
             Some(p) => {
                 if !self.caps.protocols.contains(&p) && !self.caps.direct_protocols.contains(&p) {
@@ -227,6 +227,42 @@ impl Tuner {
         }
     }
 
+    /// The cheapest (time, algorithm, protocol) among `algos` (the first
+    /// that can run the call, when `forced_order`); `forced_proto`: honour
+    /// `GPUCOLL_PROTO`.
+    fn best(
+        &self,
+        task: &Task,
+        algos: &[Algorithm],
+        forced_order: bool,
+        bytes: u64,
+        nchannels: usize,
+        forced_proto: bool,
+    ) -> Option<(f64, Algorithm, Protocol)> {
+        let mut best: Option<(f64, Algorithm, Protocol)> = None;
+        for &a in algos {
+            for p in self.protocols(task.kind, a, forced_proto) {
+                let t = model::estimate_us(
+                    task.kind,
+                    a,
+                    p,
+                    nchannels,
+                    bytes as f64,
+                    &self.shape,
+                    &self.caps,
+                )
+                .unwrap_or(f64::INFINITY);
+                if t.is_finite() && best.map_or(true, |(bt, _, _)| t < bt) {
+                    best = Some((t, a, p));
+                }
+            }
+            if forced_order && best.is_some() {
+                break;
+            }
+        }
+        best
+    }
+
     /// Decide how to run `task` as a launch of its own.
     pub fn choose(&self, task: &Task) -> Choice {
         self.choose_in(task, false)
@@ -239,30 +275,12 @@ impl Tuner {
     pub fn choose_in(&self, task: &Task, grouped: bool) -> Choice {
         let bytes = task_bytes(task, self.shape.nranks);
         let nchannels = self.channels(bytes);
-        let mut best: Option<(f64, Algorithm, Protocol)> = None;
         let (algos, forced_order) = self.algorithms(task.kind);
-        for &a in &algos {
-            for p in self.protocols(task.kind, a) {
-                let t = model::estimate_us(
-                    task.kind,
-                    a,
-                    p,
-                    nchannels,
-                    bytes as f64,
-                    &self.shape,
-                    &self.caps,
-                )
-                .unwrap_or(f64::INFINITY);
-                // An algorithm/protocol pair that cannot run this call is
-                // never chosen (e.g. a forced LL beyond the LL one-shot).
-                if t.is_finite() && best.map_or(true, |(bt, _, _)| t < bt) {
-                    best = Some((t, a, p));
-                }
-            }
-            if forced_order && best.is_some() {
-                break;
-            }
-        }
+        // A forced protocol no candidate can run at this size (LL beyond the
+        // LL one-shot) gives way to the protocols the algorithms have.
+        let best = self
+            .best(task, &algos, forced_order, bytes, nchannels, true)
+            .or_else(|| self.best(task, &algos, forced_order, bytes, nchannels, false));
         let (time, mut algorithm, protocol) =
             best.unwrap_or((f64::INFINITY, algos[0], Protocol::Simple));
         if grouped && algorithm == Algorithm::OneShot {

@@ -6,11 +6,15 @@ use crate::backend::host::fifo::tests::Region as HeapRegion;
 use crate::backend::host::shm::SegLayout;
 use crate::backend::{BoundPlan, Launch};
 use crate::buffer::{Buffer, BufferMut};
+use crate::datatype::Datatype;
 use crate::op::ReduceOp;
+use crate::op::Reduction;
+use crate::plan::Plan;
 use crate::plan::{ChannelWork, Peers};
 use crate::task::{CollKind, Task};
 use crate::tune::{Algorithm, Protocol};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 struct World {
     n: usize,
