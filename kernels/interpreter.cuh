@@ -110,14 +110,15 @@ __device__ void compute(const PieceShared& s, const GcArgs& a) {
   }
 }
 
+template <typename T, int U> struct ComputeOp {
+  template <uint32_t OP> struct F {
+    static __device__ __forceinline__ void run(const PieceShared& s, const GcArgs& a) { compute<T, OP, U>(s, a); }
+  };
+};
+
 template <typename T, int U>
 __device__ __forceinline__ void compute_op(const PieceShared& s, const GcArgs& a) {
-  switch (a.op) {
-    case GC_OP_SUM: compute<T, GC_OP_SUM, U>(s, a); break;
-    case GC_OP_PROD: compute<T, GC_OP_PROD, U>(s, a); break;
-    case GC_OP_MIN: compute<T, GC_OP_MIN, U>(s, a); break;
-    default: compute<T, GC_OP_MAX, U>(s, a); break;
-  }
+  dispatch_op<T, ComputeOp<T, U>::template F>(a.op, s, a);
 }
 
 // ------------------------------------------------------------------ steps

@@ -328,12 +328,13 @@ __device__ void direct_all_reduce(const GcDirectArgs& a) {
   }
 }
 
+template <typename T> struct DirectOp {
+  template <uint32_t OP> struct F {
+    static __device__ __forceinline__ void run(const GcDirectArgs& a) { direct_all_reduce<T, OP>(a); }
+  };
+};
+
 template <typename T>
 __device__ void direct_all_reduce_op(const GcDirectArgs& a) {
-  switch (a.op) {
-    case GC_OP_SUM: direct_all_reduce<T, GC_OP_SUM>(a); break;
-    case GC_OP_PROD: direct_all_reduce<T, GC_OP_PROD>(a); break;
-    case GC_OP_MIN: direct_all_reduce<T, GC_OP_MIN>(a); break;
-    default: direct_all_reduce<T, GC_OP_MAX>(a); break;
-  }
+  dispatch_op<T, DirectOp<T>::template F>(a.op, a);
 }

@@ -6,6 +6,7 @@
 #include "gpucoll.cuh"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <type_traits>
 
 template <typename T, typename U> struct IntArith {
   static __device__ __forceinline__ T add(T a, T b) { return (T)(U)((U)a + (U)b); }
@@ -14,6 +15,15 @@ template <typename T, typename U> struct IntArith {
   static __device__ __forceinline__ T mx(T a, T b) { return a > b ? a : b; }
   static __device__ __forceinline__ T scale(T x, const GcArgs& a) {
     return mul(x, (T)a.iscale);
+  }
+  // GC_OP_BAND .. GC_OP_LXOR; the logical ones yield 1 or 0.
+  template <uint32_t OP> static __device__ __forceinline__ T bits(T a, T b) {
+    if (OP == GC_OP_BAND) return (T)(a & b);
+    if (OP == GC_OP_BOR) return (T)(a | b);
+    if (OP == GC_OP_BXOR) return (T)(a ^ b);
+    if (OP == GC_OP_LAND) return (T)((a != 0) && (b != 0));
+    if (OP == GC_OP_LOR) return (T)((a != 0) || (b != 0));
+    return (T)((a != 0) != (b != 0));
   }
 };
 
@@ -75,12 +85,43 @@ struct ConvBF16 {
 template <> struct Arith<__half> : HalfArith<__half, ConvF16> {};
 template <> struct Arith<__nv_bfloat16> : HalfArith<__nv_bfloat16, ConvBF16> {};
 
+// The integer-only ops are instantiated for integer types only (see
+// dispatch_op), so Arith of a float needs no `bits`.
 template <typename T, uint32_t OP>
 __device__ __forceinline__ T combine(T a, T b) {
-  if (OP == GC_OP_SUM) return Arith<T>::add(a, b);
-  if (OP == GC_OP_PROD) return Arith<T>::mul(a, b);
-  if (OP == GC_OP_MIN) return Arith<T>::mn(a, b);
-  return Arith<T>::mx(a, b);
+  if constexpr (OP >= GC_OP_BAND) {
+    return Arith<T>::template bits<OP>(a, b);
+  } else {
+    if (OP == GC_OP_SUM) return Arith<T>::add(a, b);
+    if (OP == GC_OP_PROD) return Arith<T>::mul(a, b);
+    if (OP == GC_OP_MIN) return Arith<T>::mn(a, b);
+    return Arith<T>::mx(a, b);
+  }
+}
+
+// Switch on a runtime op code into F<OP>::run(args...): the arithmetic ops
+// for every T, the bitwise and logical ones for integer T only (the host
+// never sends them with a float type); anything else runs as MAX.
+template <typename T, template <uint32_t> class F, typename... A>
+__device__ __forceinline__ void dispatch_op(uint32_t op, A&... args) {
+  switch (op) {
+    case GC_OP_SUM: F<GC_OP_SUM>::run(args...); return;
+    case GC_OP_PROD: F<GC_OP_PROD>::run(args...); return;
+    case GC_OP_MIN: F<GC_OP_MIN>::run(args...); return;
+    default: break;
+  }
+  if constexpr (std::is_integral<T>::value) {
+    switch (op) {
+      case GC_OP_BAND: F<GC_OP_BAND>::run(args...); return;
+      case GC_OP_BOR: F<GC_OP_BOR>::run(args...); return;
+      case GC_OP_BXOR: F<GC_OP_BXOR>::run(args...); return;
+      case GC_OP_LAND: F<GC_OP_LAND>::run(args...); return;
+      case GC_OP_LOR: F<GC_OP_LOR>::run(args...); return;
+      case GC_OP_LXOR: F<GC_OP_LXOR>::run(args...); return;
+      default: break;
+    }
+  }
+  F<GC_OP_MAX>::run(args...);
 }
 
 // Element-wise work on one 16-byte pack of T: the pre-op scale, the

@@ -190,6 +190,22 @@ fn cases() -> Vec<Case> {
     v.push(Case::new("topology::sim2_n4", 4, "topology").env("GPUCOLL_SIM_NODES", "2"));
     v.push(Case::new("topology::sim3_n6", 6, "topology").env("GPUCOLL_SIM_NODES", "3"));
     v.push(Case::new("topology::n3", 3, "topology"));
+    // gpucoll's own MPI traffic (bootstrap, NET proxy, reference) must use
+    // PMPI_ names only: MPI_* of a preloaded library abort here.
+    let trap = pmpi::trap_env();
+    let mut trapped = vec![
+        Case::new("pmpi::coll_sim2_n4", 4, "coll")
+            .env("GPUCOLL_SIM_NODES", "2")
+            .env(
+                "GPUCOLL_TEST_PARAMS",
+                format!("colls={ALL_COLLS};dtypes=i32,f64;sizes=0,1,4099"),
+            ),
+        Case::new("pmpi::split_dup_n4", 4, "split_dup"),
+    ];
+    for c in &mut trapped {
+        c.env.extend(trap.iter().cloned());
+    }
+    v.extend(trapped);
     v
 }
 
@@ -198,6 +214,7 @@ fn main() {
 }
 
 fn worker(scenario: &str) -> std::result::Result<(), String> {
+    pmpi::check_trap()?;
     let universe = ok(gpucoll::initialize(), "initialize");
     let world = ok(universe.world(), "universe.world()");
     let r = match scenario {
@@ -282,6 +299,12 @@ fn all_ops() -> Vec<ReduceOp> {
         ReduceOp::Max,
         ReduceOp::Avg,
         ReduceOp::PreMulSum(PMS),
+        ReduceOp::BitAnd,
+        ReduceOp::BitOr,
+        ReduceOp::BitXor,
+        ReduceOp::LogicalAnd,
+        ReduceOp::LogicalOr,
+        ReduceOp::LogicalXor,
     ]
 }
 
@@ -401,6 +424,11 @@ fn data_for(coll: Coll, op: ReduceOp) -> Data {
         Data::Bits
     } else if op == ReduceOp::Prod {
         Data::Prod
+    } else if matches!(
+        op,
+        ReduceOp::LogicalAnd | ReduceOp::LogicalOr | ReduceOp::LogicalXor
+    ) {
+        Data::Logic
     } else {
         Data::Reduce
     }
@@ -409,10 +437,10 @@ fn data_for(coll: Coll, op: ReduceOp) -> Data {
 /// Whether MPI itself can compute the expected result.
 fn mpi_can<T: El>(op: ReduceOp) -> bool {
     !T::HALF
-        && matches!(
+        && (matches!(
             op,
             ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Min | ReduceOp::Max
-        )
+        ) || (op.integer_only() && !T::FLOAT))
 }
 
 fn run_one<T: El>(
@@ -436,6 +464,19 @@ fn run_one<T: El>(
         }
     );
     let what = |s: &str| format!("{label}: {s}");
+    if coll.reduces() && op.integer_only() && T::FLOAT {
+        // MPI defines bitwise and logical ops for integers only: a local,
+        // non-fatal argument error on every rank.
+        let (send, mut out) = (vec![T::default(); count], vec![T::default(); count]);
+        ctx.checks += 1;
+        match world.all_reduce_into(&send, &mut out, op) {
+            Err(Error::InvalidOp { .. }) => {}
+            other => ctx
+                .fails
+                .push(what(&format!("expected InvalidOp, got {other:?}"))),
+        }
+        return;
+    }
     let data = data_for(coll, op);
     let in_len = match coll {
         Coll::ReduceScatter | Coll::AllToAll | Coll::Scatter => count * n,

@@ -215,7 +215,8 @@ pub(crate) fn all_cases<T: Elem>(
 ) {
     for kind in CollKind::ALL {
         let ops: Vec<ReduceOp> = if kind.reduces() {
-            ReduceOp::ALL.to_vec()
+            let all = ReduceOp::ALL.into_iter();
+            all.filter(|op| op.applies_to(T::DATATYPE)).collect()
         } else {
             vec![ReduceOp::Sum]
         };
