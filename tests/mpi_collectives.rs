@@ -1193,6 +1193,36 @@ fn sub_collectives(comm: &Communicator, tag: &str, fails: &mut Vec<String>) {
     }
 }
 
+/// `Communicator::from_raw_mpi[_on_device]` over MPI_COMM_WORLD. The host
+/// backend ignores the device (a made-up ordinal must work); the CUDA
+/// backend must put the explicit form on the named GPU.
+fn from_raw_mpi_checks(world: &Communicator, fails: &mut Vec<String>) {
+    let raw = gpucoll::mpi::MpiComm::world().raw();
+    // SAFETY: MPI_COMM_WORLD is valid while MPI is initialized.
+    let plain = ok(unsafe { Communicator::from_raw_mpi(raw) }, "from_raw_mpi");
+    let device = world.device().unwrap_or(7);
+    let placed = ok(
+        // SAFETY: as above.
+        unsafe { Communicator::from_raw_mpi_on_device(raw, device) },
+        "from_raw_mpi_on_device",
+    );
+    if world.device().is_some() && placed.device() != Some(device) {
+        fails.push(format!(
+            "from_raw_mpi_on_device({device}): runs on GPU {:?}",
+            placed.device()
+        ));
+    }
+    for (c, what) in [
+        (&plain, "from_raw_mpi"),
+        (&placed, "from_raw_mpi_on_device"),
+    ] {
+        if c.rank() != world.rank() || c.size() != world.size() {
+            fails.push(format!("{what}: rank/size differ from the world's"));
+        }
+        sub_collectives(c, what, fails);
+    }
+}
+
 fn scenario_split_dup(world: &Communicator) -> std::result::Result<(), String> {
     let (rank, n) = (world.rank(), world.size());
     let mut fails = vec![];
@@ -1216,6 +1246,14 @@ fn scenario_split_dup(world: &Communicator) -> std::result::Result<(), String> {
             "split: rank {} expected {} (key ordering)",
             sub.rank(),
             want_rank
+        ));
+    }
+    // a split runs on its parent's GPU (issue 9: it used to pick its own)
+    if sub.device() != world.device() {
+        fails.push(format!(
+            "split: runs on GPU {:?}, its parent on {:?}",
+            sub.device(),
+            world.device()
         ));
     }
     // collectives on both halves at once, interleaved with the world
@@ -1248,6 +1286,10 @@ fn scenario_split_dup(world: &Communicator) -> std::result::Result<(), String> {
     if dup.rank() != rank || dup.size() != n {
         fails.push("duplicate: rank/size differ".into());
     }
+    if dup.device() != world.device() {
+        fails.push("duplicate: runs on another GPU than its parent".into());
+    }
+    from_raw_mpi_checks(world, &mut fails);
     // interleave calls on world and dup
     for i in 0..4u64 {
         let c = 1000 + i as usize * 7;
