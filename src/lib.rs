@@ -52,7 +52,7 @@ pub use env::{initialize, initialize_with_threading, Threading, Universe};
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
 pub use op::ReduceOp;
-pub use request::{scope, Request, Scope};
+pub use request::{scope, RawRequest, Request, Scope};
 
 /// Everything a typical program needs.
 pub mod prelude {
