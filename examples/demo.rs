@@ -79,6 +79,14 @@ fn reduce_exact<T: Elem>(n: usize, op: ReduceOp, x: impl Fn(usize) -> T) -> f64 
         ReduceOp::Max => xs.fold(f64::NEG_INFINITY, f64::max),
         ReduceOp::Avg => xs.sum::<f64>() / n as f64,
         ReduceOp::PreMulSum(s) => xs.map(|v| v * s).sum(),
+        // Integer ops on the small integer inputs (exact in f64).
+        ReduceOp::BitAnd => xs.fold(-1, |a, v| a & v as i64) as f64,
+        ReduceOp::BitOr => xs.fold(0, |a, v| a | v as i64) as f64,
+        ReduceOp::BitXor => xs.fold(0, |a, v| a ^ v as i64) as f64,
+        _ if n == 1 => xs.sum(),
+        ReduceOp::LogicalAnd => xs.fold(1.0, |a, v| if v != 0.0 { a } else { 0.0 }),
+        ReduceOp::LogicalOr => xs.fold(0.0, |a, v| if v != 0.0 { 1.0 } else { a }),
+        ReduceOp::LogicalXor => (xs.filter(|&v| v != 0.0).count() % 2) as f64,
     }
 }
 

@@ -46,12 +46,18 @@ pub(crate) struct CommInner {
 /// whatever still calls MPI (the backend) holds an `Arc<MpiComm>`. So MPI is
 /// finalized only after the last MPI user is gone.
 pub(crate) fn create(runtime: Arc<Runtime>, mpi: MpiComm) -> Result<Communicator> {
+    create_on(runtime, mpi, None)
+}
+
+/// [`create`] with this rank's GPU for the CUDA backend (`None`: the
+/// default rule of [`crate::backend::create`]).
+fn create_on(runtime: Arc<Runtime>, mpi: MpiComm, device: Option<i32>) -> Result<Communicator> {
     let mpi = mpi.with_runtime(runtime.clone());
     let config = agree_config(&mpi, Config::from_env())?;
     let topo = discover_topology(&mpi, &config)?;
     log_topology(&topo);
     let mpi = Arc::new(mpi);
-    let backend = crate::backend::create(&runtime, mpi.clone(), &topo, &config)?;
+    let backend = crate::backend::create(&runtime, mpi.clone(), &topo, &config, device)?;
     let engine = Engine::new(backend, topo.clone(), config.clone());
     Ok(Communicator {
         inner: Arc::new(CommInner {
@@ -81,6 +87,12 @@ impl Communicator {
     /// duplicate, so the program may free `raw` at any time afterwards; if
     /// the program initialized MPI, gpucoll never finalizes it.
     ///
+    /// On the CUDA backend the communicator runs on the GPU of the calling
+    /// thread's current CUDA context (the one `cudaSetDevice` selects) when
+    /// one is current; otherwise on GPU (index of the process among those
+    /// of its host) % (GPU count). Use
+    /// [`from_raw_mpi_on_device`](Self::from_raw_mpi_on_device) to name it.
+    ///
     /// ```no_run
     /// # fn f(raw: mpi_sys::MPI_Comm) -> gpucoll::Result<()> {
     /// // `raw` comes from the program's own MPI code (e.g. rsmpi's `as_raw()`).
@@ -99,7 +111,29 @@ impl Communicator {
         let runtime = Runtime::borrowed()?;
         // SAFETY: the caller guarantees `raw` is a valid communicator.
         let mpi = unsafe { MpiComm::from_raw(raw)? };
-        create(runtime, mpi)
+        create_on(runtime, mpi, crate::backend::current_device())
+    }
+
+    /// [`from_raw_mpi`](Self::from_raw_mpi) on GPU `device` of this rank
+    /// (each rank names its own; collective over `raw`). The host backend
+    /// ignores `device`: it moves host memory only, so there is nothing to
+    /// place.
+    ///
+    /// # Safety
+    /// As for [`from_raw_mpi`](Self::from_raw_mpi).
+    ///
+    /// # Errors
+    /// As for [`from_raw_mpi`](Self::from_raw_mpi); on the CUDA backend,
+    /// [`Error::Backend`] on every rank when some rank's `device` does not
+    /// exist.
+    pub unsafe fn from_raw_mpi_on_device(
+        raw: mpi_sys::MPI_Comm,
+        device: i32,
+    ) -> Result<Communicator> {
+        let runtime = Runtime::borrowed()?;
+        // SAFETY: the caller guarantees `raw` is a valid communicator.
+        let mpi = unsafe { MpiComm::from_raw(raw)? };
+        create_on(runtime, mpi, Some(device))
     }
 
     /// The `GPUCOLL_*` settings this communicator runs with (agreed by all ranks).
@@ -157,6 +191,7 @@ impl Communicator {
     ///
     /// Ranks passing the same `color` end up together, ordered by `key`
     /// (ties by rank). `None` joins no communicator and returns `Ok(None)`.
+    /// Each rank's new communicator runs on the same GPU as `self`.
     ///
     /// ```no_run
     /// let universe = gpucoll::initialize()?;
@@ -175,12 +210,12 @@ impl Communicator {
         let inner = self.inner_checked()?;
         match inner.mpi.split(color, key)? {
             None => Ok(None),
-            Some(mpi) => create(inner.runtime.clone(), mpi).map(Some),
+            Some(mpi) => create_on(inner.runtime.clone(), mpi, self.device()).map(Some),
         }
     }
 
     /// A new communicator with the same ranks and its own resources
-    /// (collective), like `MPI_Comm_dup`.
+    /// (collective), like `MPI_Comm_dup`, on the same GPU as `self`.
     ///
     /// ```no_run
     /// let universe = gpucoll::initialize()?;
@@ -192,7 +227,7 @@ impl Communicator {
     pub fn duplicate(&self) -> Result<Communicator> {
         let inner = self.inner_checked()?;
         let mpi = inner.mpi.dup()?;
-        create(inner.runtime.clone(), mpi)
+        create_on(inner.runtime.clone(), mpi, self.device())
     }
 
     /// Mark the communicator freed: every later collective (on any clone)

@@ -4,7 +4,7 @@
 
 use crate::backend::shared::failure::Failure;
 use crate::backend::{Backend, BoundPlan, Launch, PendingWork};
-use crate::buffer::RawBuffer;
+use crate::buffer::{MemoryKind, RawBuffer};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::graph::Graph;
@@ -359,8 +359,25 @@ fn kind_code(k: CollKind) -> u8 {
     CollKind::ALL.iter().position(|x| *x == k).unwrap_or(0) as u8
 }
 
-/// Fixed-size description of a submission: the first call in full, plus the
-/// number of calls and a digest of all of them.
+/// Where a call's data lives, for check mode: bit 0 host memory, bit 1
+/// device memory, over its non-empty buffers (0: no data). Every rank of a
+/// collective must agree: a rank on host memory while a peer is on device
+/// memory is a mistake the MPI shim's users make (the CUDA backend would
+/// stage the host side, but an MPI program expects either on all ranks).
+fn memory_code(c: &Call) -> u8 {
+    [c.input, c.output]
+        .iter()
+        .filter(|b| b.len > 0)
+        .map(|b| match b.memory {
+            MemoryKind::Host => 1,
+            MemoryKind::Device { .. } => 2,
+        })
+        .fold(0, |a, m| a | m)
+}
+
+/// Fixed-size description of a submission: the first call in full (with
+/// its [`memory_code`]), plus the number of calls and a digest of all of
+/// them.
 fn signature(seq: u64, calls: &[Call]) -> Vec<u8> {
     let mut s = Vec::with_capacity(SIGNATURE_BYTES);
     s.extend_from_slice(&seq.to_le_bytes());
@@ -382,7 +399,17 @@ fn signature(seq: u64, calls: &[Call]) -> Vec<u8> {
         ),
         None => (0, 0, 0, 0, 0, 0, 0),
     };
-    s.extend_from_slice(&[kind, dtype, op, in_place, first.is_some() as u8, 0, 0, 0]);
+    let memory = calls.first().map(memory_code).unwrap_or(0);
+    s.extend_from_slice(&[
+        kind,
+        dtype,
+        op,
+        in_place,
+        first.is_some() as u8,
+        memory,
+        0,
+        0,
+    ]);
     s.extend_from_slice(&count.to_le_bytes());
     s.extend_from_slice(&root.to_le_bytes());
     s.extend_from_slice(&scalar.to_le_bytes());
@@ -404,6 +431,7 @@ fn signature(seq: u64, calls: &[Call]) -> Vec<u8> {
             },
             t.count,
             t.root as u64,
+            memory_code(c) as u64,
         ] {
             digest = (digest ^ word).wrapping_mul(0x0000_0100_0000_01b3);
         }
@@ -426,6 +454,8 @@ fn same_call(a: &[u8], b: &[u8]) -> bool {
 
 /// Offset of the in-place flag in a signature.
 const IN_PLACE_BYTE: usize = 19;
+/// Offset of the first call's [`memory_code`] in a signature.
+const MEMORY_BYTE: usize = 21;
 
 fn describe_signature(sig: &[u8]) -> String {
     let u64_at = |i: usize| {
@@ -448,13 +478,19 @@ fn describe_signature(sig: &[u8]) -> String {
         .map(|o| o.name())
         .unwrap_or("?");
     let in_place = sig[IN_PLACE_BYTE] != 0;
+    let memory = match sig[MEMORY_BYTE] {
+        1 => ", host memory",
+        2 => ", device memory",
+        3 => ", host and device memory",
+        _ => "",
+    };
     let count = u64_at(24);
     let root = u64_at(32);
     if sig[20] == 0 {
         return format!("an empty group (collective #{seq})");
     }
     let mut d = format!(
-        "{kind}(count={count}, type={dtype}, op={op}, root={root}{})",
+        "{kind}(count={count}, type={dtype}, op={op}, root={root}{}{memory})",
         if in_place { ", in place" } else { "" }
     );
     if ncalls > 1 {
@@ -502,6 +538,47 @@ mod tests {
         assert_eq!(a, signature(3, &[call(CollKind::AllReduce, 10)]));
         let d = describe_signature(&a);
         assert!(d.contains("all_reduce(count=10"), "{d}");
+    }
+
+    #[test]
+    fn memory_kind_is_compared_and_named() {
+        let host = call(CollKind::AllReduce, 8);
+        let mut dev = host;
+        dev.input.len = 8;
+        dev.output.len = 8;
+        let mut on_host = dev;
+        dev.input.memory = MemoryKind::Device { ordinal: 0 };
+        dev.output.memory = MemoryKind::Device { ordinal: 1 };
+        on_host.input.memory = MemoryKind::Host;
+        let (h, d) = (signature(5, &[on_host]), signature(5, &[dev]));
+        assert!(!same_call(&h, &d));
+        assert!(
+            describe_signature(&h).contains("host memory"),
+            "{}",
+            describe_signature(&h)
+        );
+        assert!(
+            describe_signature(&d).ends_with(", device memory)"),
+            "{}",
+            describe_signature(&d)
+        );
+        // The GPU ordinal is each rank's own business.
+        let mut other_gpu = dev;
+        other_gpu.input.memory = MemoryKind::Device { ordinal: 3 };
+        assert!(same_call(&d, &signature(5, &[other_gpu])));
+        // Empty buffers (a non-root's receive side) do not count.
+        let mut root_side = dev;
+        root_side.output.len = 0;
+        root_side.output.memory = MemoryKind::Host;
+        assert!(same_call(&d, &signature(5, &[root_side])));
+        // A mixed call, and a later call of a group, are seen too.
+        let mut mixed = dev;
+        mixed.output.memory = MemoryKind::Host;
+        assert!(describe_signature(&signature(5, &[mixed])).contains("host and device memory"));
+        assert!(!same_call(
+            &signature(5, &[host, on_host]),
+            &signature(5, &[host, dev])
+        ));
     }
 
     #[test]

@@ -67,7 +67,7 @@ pub use error::{Error, Result};
 pub use half::{bf16, f16};
 pub use mpi::wtime;
 pub use op::ReduceOp;
-pub use request::{scope, Request, Scope};
+pub use request::{scope, RawRequest, Request, Scope};
 pub use task::CollKind;
 
 /// Everything a typical program needs.

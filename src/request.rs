@@ -1,4 +1,6 @@
-//! Immediate (nonblocking) collectives: [`scope`], [`Scope`] and [`Request`].
+//! Immediate (nonblocking) collectives: [`scope`], [`Scope`] and [`Request`];
+//! [`RawRequest`] for the unscoped raw form
+//! ([`Communicator::immediate_raw_collective`](crate::Communicator::immediate_raw_collective)).
 //!
 //! As in rsmpi, an immediate collective borrows its buffers for the lifetime
 //! of a scope, and the scope does not end before every request started in it
@@ -101,6 +103,51 @@ impl Request<'_> {
             *guard = None;
         }
         Ok(done)
+    }
+}
+
+/// An immediate collective on raw buffers, in flight. Not tied to a scope:
+/// the unsafe call that started it made the caller responsible for the
+/// buffers until it completes. Dropping it waits for the collective.
+#[must_use = "a request should be waited on or tested to see its result"]
+pub struct RawRequest {
+    work: Option<Box<dyn PendingWork>>,
+}
+
+impl RawRequest {
+    pub(crate) fn new(work: Box<dyn PendingWork>) -> RawRequest {
+        RawRequest { work: Some(work) }
+    }
+
+    /// Block until the collective completes and return its result.
+    pub fn wait(mut self) -> Result<()> {
+        match self.work.take() {
+            Some(mut w) => w.wait(),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the collective has completed (`Ok(true)`, also on every later
+    /// call), is still running (`Ok(false)`), or failed (`Err`, once).
+    pub fn test(&mut self) -> Result<bool> {
+        let done = match self.work.as_mut() {
+            Some(w) => w.test(),
+            None => return Ok(true),
+        };
+        if !matches!(done, Ok(false)) {
+            self.work = None;
+        }
+        done
+    }
+}
+
+impl Drop for RawRequest {
+    fn drop(&mut self) {
+        if let Some(mut w) = self.work.take() {
+            if let Err(e) = w.wait() {
+                tracing::warn!(error = %e, "dropped raw request's collective failed");
+            }
+        }
     }
 }
 

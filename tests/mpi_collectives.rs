@@ -985,10 +985,72 @@ fn scenario_immediate(world: &Communicator) -> std::result::Result<(), String> {
     ok(res, "immediate dropped request");
     let tot = (n * (n + 1) / 2) as u64;
     check_exact("dropped request result", &y, &vec![tot; 33], &mut fails);
+    immediate_raw_checks(world, &mut fails);
     if fails.is_empty() {
         Ok(())
     } else {
         Err(fails.join("\n"))
+    }
+}
+
+/// `immediate_raw_collective`: two overlapping requests (one tested to
+/// completion, one waited), an in-place reduce, and a dropped request.
+fn immediate_raw_checks(world: &Communicator, fails: &mut Vec<String>) {
+    use gpucoll::CollKind;
+    let (rank, n) = (world.rank(), world.size());
+    let root = n - 1;
+    let a: Vec<u32> = gen_vec(seed_of(&[51, rank as u64]), 4099, Data::Bits);
+    let mut a_out = poisoned::<u32>(a.len());
+    let b: Vec<i64> = gen_vec(seed_of(&[52, rank as u64]), 1031, Data::Logic);
+    let mut b_out = poisoned::<i64>(b.len() * n);
+    let mut r_buf: Vec<u8> = gen_vec(seed_of(&[53, rank as u64]), 77, Data::Bits);
+    let r_in = r_buf.clone();
+    let all_reduce = CollKind::AllReduce;
+    let (s1, r1) = (Some(a.raw()), Some(a_out.raw_mut()));
+    // SAFETY: every buffer outlives the request waited on (or tested to
+    // completion) below, and nothing touches them meanwhile.
+    let started =
+        unsafe { world.immediate_raw_collective(all_reduce, s1, r1, ReduceOp::BitXor, 0, false) };
+    let mut first = ok(started, "immediate_raw_collective(all_reduce)");
+    let (s2, r2) = (Some(b.raw()), Some(b_out.raw_mut()));
+    // SAFETY: as above.
+    let second = ok(
+        unsafe {
+            world.immediate_raw_collective(CollKind::AllGather, s2, r2, ReduceOp::Sum, 0, false)
+        },
+        "immediate_raw_collective(all_gather)",
+    );
+    let t0 = Instant::now();
+    while !ok(first.test(), "RawRequest::test") {
+        if t0.elapsed() > Duration::from_secs(60) {
+            fails.push("raw request: test() never completed".into());
+            break;
+        }
+        std::thread::yield_now();
+    }
+    if !ok(first.test(), "RawRequest::test after completion") {
+        fails.push("raw request: test() after completion returned false".into());
+    }
+    ok(second.wait(), "RawRequest::wait");
+    let r3 = Some(r_buf.raw_mut());
+    // SAFETY: as above; the request is dropped (which waits) before use.
+    let dropped = unsafe {
+        world.immediate_raw_collective(CollKind::Reduce, None, r3, ReduceOp::Max, root, true)
+    };
+    drop(ok(dropped, "immediate_raw_collective(reduce in place)"));
+    let mut e = poisoned::<u32>(a.len());
+    ok(mpi::all_reduce(world, &a, &mut e, ReduceOp::BitXor), "ref");
+    check_exact("raw immediate all_reduce bxor", &a_out, &e, fails);
+    let mut e = poisoned::<i64>(b.len() * n);
+    ok(mpi::all_gather(world, &b, &mut e), "ref");
+    check_exact("raw immediate all_gather", &b_out, &e, fails);
+    let mut e = poisoned::<u8>(r_in.len());
+    ok(
+        mpi::reduce(world, &r_in, &mut e, ReduceOp::Max, root),
+        "ref",
+    );
+    if rank == root {
+        check_exact("raw immediate reduce in place", &r_buf, &e, fails);
     }
 }
 
@@ -1205,6 +1267,36 @@ fn sub_collectives(comm: &Communicator, tag: &str, fails: &mut Vec<String>) {
     }
 }
 
+/// `Communicator::from_raw_mpi[_on_device]` over MPI_COMM_WORLD. The host
+/// backend ignores the device (a made-up ordinal must work); the CUDA
+/// backend must put the explicit form on the named GPU.
+fn from_raw_mpi_checks(world: &Communicator, fails: &mut Vec<String>) {
+    let raw = gpucoll::mpi::MpiComm::world().raw();
+    // SAFETY: MPI_COMM_WORLD is valid while MPI is initialized.
+    let plain = ok(unsafe { Communicator::from_raw_mpi(raw) }, "from_raw_mpi");
+    let device = world.device().unwrap_or(7);
+    let placed = ok(
+        // SAFETY: as above.
+        unsafe { Communicator::from_raw_mpi_on_device(raw, device) },
+        "from_raw_mpi_on_device",
+    );
+    if world.device().is_some() && placed.device() != Some(device) {
+        fails.push(format!(
+            "from_raw_mpi_on_device({device}): runs on GPU {:?}",
+            placed.device()
+        ));
+    }
+    for (c, what) in [
+        (&plain, "from_raw_mpi"),
+        (&placed, "from_raw_mpi_on_device"),
+    ] {
+        if c.rank() != world.rank() || c.size() != world.size() {
+            fails.push(format!("{what}: rank/size differ from the world's"));
+        }
+        sub_collectives(c, what, fails);
+    }
+}
+
 fn scenario_split_dup(world: &Communicator) -> std::result::Result<(), String> {
     let (rank, n) = (world.rank(), world.size());
     let mut fails = vec![];
@@ -1228,6 +1320,14 @@ fn scenario_split_dup(world: &Communicator) -> std::result::Result<(), String> {
             "split: rank {} expected {} (key ordering)",
             sub.rank(),
             want_rank
+        ));
+    }
+    // a split runs on its parent's GPU (issue 9: it used to pick its own)
+    if sub.device() != world.device() {
+        fails.push(format!(
+            "split: runs on GPU {:?}, its parent on {:?}",
+            sub.device(),
+            world.device()
         ));
     }
     // collectives on both halves at once, interleaved with the world
@@ -1260,6 +1360,10 @@ fn scenario_split_dup(world: &Communicator) -> std::result::Result<(), String> {
     if dup.rank() != rank || dup.size() != n {
         fails.push("duplicate: rank/size differ".into());
     }
+    if dup.device() != world.device() {
+        fails.push("duplicate: runs on another GPU than its parent".into());
+    }
+    from_raw_mpi_checks(world, &mut fails);
     // interleave calls on world and dup
     for i in 0..4u64 {
         let c = 1000 + i as usize * 7;

@@ -260,6 +260,12 @@ mod imp {
                 ReduceOp::Max => plain(O::ncclMax),
                 ReduceOp::Min => plain(O::ncclMin),
                 ReduceOp::Avg => plain(O::ncclAvg),
+                ReduceOp::BitAnd
+                | ReduceOp::BitOr
+                | ReduceOp::BitXor
+                | ReduceOp::LogicalAnd
+                | ReduceOp::LogicalOr
+                | ReduceOp::LogicalXor => return Err(format!("NCCL has no {op} reduction")),
                 ReduceOp::PreMulSum(s) => {
                     let mut scalar = T::from_f64(s);
                     let mut out = O::ncclSum;

@@ -593,7 +593,10 @@ fn run_type<T: Elem>(
         };
 
         let (in_len, out_len, ip_len) = (case.input_len(), case.output_len(), case.in_place_len());
-        let nccl = ctx.nccl.filter(|n| n.supports(kind));
+        // NCCL has no bitwise or logical reductions.
+        let nccl = ctx
+            .nccl
+            .filter(|n| n.supports(kind) && !(kind.reduces() && case.op.integer_only()));
         if ctx.nccl.is_some() && nccl.is_none() {
             row.nccl = Some(NcclMeasure::Unsupported);
         }

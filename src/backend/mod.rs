@@ -146,11 +146,17 @@ fn no_streams(backend: &str) -> Error {
 /// `MPI_THREAD_MULTIPLE` (its NET proxy thread needs it); the host backend
 /// everywhere else. The ranks agree on the choice first: a communicator
 /// whose ranks picked different backends would deadlock.
+///
+/// `device`: this rank's GPU for the CUDA backend (each rank its own; an
+/// ordinal that does not exist fails creation on every rank). `None` picks
+/// the rank's index among its host's processes modulo the GPU count. The
+/// host backend ignores it: it moves host memory only.
 pub(crate) fn create(
     runtime: &crate::mpi::Runtime,
     mpi: Arc<crate::mpi::MpiComm>,
     topo: &crate::topo::Topology,
     config: &crate::config::Config,
+    device: Option<i32>,
 ) -> Result<Box<dyn Backend>> {
     // Whichever backend runs, segments that crashed jobs of either backend
     // left in /dev/shm go now.
@@ -169,7 +175,8 @@ pub(crate) fn create(
             )?,
         };
         if use_cuda {
-            return Ok(Box::new(cuda::CudaBackend::new(mpi, topo, config)?));
+            let backend = cuda::CudaBackend::new_on_device(mpi, topo, config, device)?;
+            return Ok(Box::new(backend));
         }
     }
     #[cfg(not(feature = "cuda"))]
@@ -178,8 +185,22 @@ pub(crate) fn create(
             "this build has no CUDA backend; build with --features cuda".into(),
         ));
     }
+    let _ = device; // the host backend has no GPU to place
     let backend = host::HostBackend::new(mpi, topo, config, runtime.thread_multiple())?;
     Ok(Box::new(backend))
+}
+
+/// The GPU whose CUDA context is current on the calling thread, if any
+/// (always `None` without the `cuda` feature or a driver).
+pub(crate) fn current_device() -> Option<i32> {
+    #[cfg(feature = "cuda")]
+    {
+        cuda::current_device()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        None
+    }
 }
 
 /// Whether `mine` holds on every rank.

@@ -35,6 +35,19 @@ where
     }
 }
 
+/// The [`Args`] of [`Communicator::raw_collective`] and its immediate form.
+fn raw_args(send: Option<RawBuffer>, recv: Option<RawBuffer>, in_place: bool) -> Result<Args> {
+    if !in_place {
+        return Ok(Args::Separate { send, recv });
+    }
+    match recv.or(send) {
+        Some(b) => Ok(Args::InPlace(b)),
+        None => Err(crate::Error::InvalidUsage(
+            "an in-place collective needs a buffer".into(),
+        )),
+    }
+}
+
 impl Communicator {
     /// Validate a call on this rank and bind it to its buffers.
     pub(crate) fn prepare(
@@ -312,19 +325,37 @@ impl Communicator {
         root: usize,
         in_place: bool,
     ) -> Result<()> {
-        let args = if in_place {
-            match recv.or(send) {
-                Some(b) => Args::InPlace(b),
-                None => {
-                    return Err(crate::Error::InvalidUsage(
-                        "an in-place collective needs a buffer".into(),
-                    ))
-                }
-            }
-        } else {
-            Args::Separate { send, recv }
-        };
+        let args = raw_args(send, recv, in_place)?;
         self.blocking(kind, args, op, root)
+    }
+
+    /// The immediate form of [`raw_collective`](Self::raw_collective): starts
+    /// the collective and returns a [`RawRequest`](crate::RawRequest) to wait
+    /// on or test (for the MPI shim's `MPI_I*` calls, on any backend). Every
+    /// rank must start its collectives on this communicator in the same
+    /// order, as with blocking calls.
+    ///
+    /// # Safety
+    /// As for [`raw_collective`](Self::raw_collective), and the buffers stay
+    /// valid and untouched until the request has completed (`wait`, a
+    /// `test` that returned `Ok(true)` or an error, or its drop, which
+    /// waits).
+    pub unsafe fn immediate_raw_collective(
+        &self,
+        kind: CollKind,
+        send: Option<RawBuffer>,
+        recv: Option<RawBuffer>,
+        op: ReduceOp,
+        root: usize,
+        in_place: bool,
+    ) -> Result<crate::RawRequest> {
+        let args = raw_args(send, recv, in_place)?;
+        let call = self.prepare(kind, args, op, root)?;
+        let inner = self.inner_checked()?;
+        // SAFETY: the caller keeps the buffers valid until the request
+        // completes (this function's contract).
+        let work = unsafe { inner.engine.submit(&inner.mpi, &[call])? };
+        Ok(crate::RawRequest::new(work))
     }
 
     /// Aggregate the collectives issued inside `f` into one launch, executed

@@ -706,7 +706,12 @@ pub fn local_reduce<T: El>(inputs: &[Vec<T>], op: ReduceOp) -> Expect<T> {
             ReduceOp::Prod => (col.product::<f64>(), 0.0),
             ReduceOp::Min => (col.fold(f64::INFINITY, f64::min), 0.0),
             ReduceOp::Max => (col.fold(f64::NEG_INFINITY, f64::max), 0.0),
-            _ if op.integer_only() => panic!("{op} is for integer types only"),
+            ReduceOp::BitAnd
+            | ReduceOp::BitOr
+            | ReduceOp::BitXor
+            | ReduceOp::LogicalAnd
+            | ReduceOp::LogicalOr
+            | ReduceOp::LogicalXor => panic!("{op} is for integer types only"),
             ReduceOp::Avg | ReduceOp::PreMulSum(_) => {
                 let s = match op {
                     ReduceOp::PreMulSum(s) => s,

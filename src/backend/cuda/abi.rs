@@ -408,19 +408,22 @@ mod layout_tests {
             ("GC_HEAD_STRIDE", HEAD_STRIDE),
             ("GC_DIRECT_MAX_RANKS", DIRECT_RANKS as u64),
             ("GC_LL_HEADER_LINES", LL_HEADER_LINES),
+            ("GC_OP_SUM", OP_SUM.into()),
+            ("GC_OP_PROD", OP_PROD.into()),
+            ("GC_OP_MIN", OP_MIN.into()),
+            ("GC_OP_MAX", OP_MAX.into()),
+            ("GC_OP_BAND", OP_BAND.into()),
+            ("GC_OP_BOR", OP_BOR.into()),
+            ("GC_OP_BXOR", OP_BXOR.into()),
+            ("GC_OP_LAND", OP_LAND.into()),
+            ("GC_OP_LOR", OP_LOR.into()),
+            ("GC_OP_LXOR", OP_LXOR.into()),
         ]
     }
 
     /// Constants of the header that abi.rs does not define: the backend
-    /// keeps its own copies (the op codes in its `Combine` mapping,
-    /// `DIRECT_MAX_BLOCKS`), checked by the GPU runs.
-    const UNMIRRORED_CONSTS: &[&str] = &[
-        "GC_OP_SUM",
-        "GC_OP_PROD",
-        "GC_OP_MIN",
-        "GC_OP_MAX",
-        "GC_DIRECT_MAX_BLOCKS",
-    ];
+    /// keeps its own copy (`DIRECT_MAX_BLOCKS`), checked by the GPU runs.
+    const UNMIRRORED_CONSTS: &[&str] = &["GC_DIRECT_MAX_BLOCKS"];
 
     fn const_mismatches() -> Vec<String> {
         let rust = mirrored_consts();

@@ -759,6 +759,18 @@ impl CudaBackend {
     /// Set up connectors with every rank of the communicator. Collective
     /// over `mpi`: every rank must call it.
     pub fn new(mpi: Arc<MpiComm>, topo: &Topology, config: &Config) -> Result<CudaBackend> {
+        CudaBackend::new_on_device(mpi, topo, config, None)
+    }
+
+    /// Like [`CudaBackend::new`], on GPU `device` when given (collective;
+    /// each rank passes its own). `None`: the rank's index among the
+    /// processes of its host, modulo the GPU count.
+    pub fn new_on_device(
+        mpi: Arc<MpiComm>,
+        topo: &Topology,
+        config: &Config,
+        device: Option<i32>,
+    ) -> Result<CudaBackend> {
         let (rank, nranks) = (topo.rank, topo.nranks);
         if mpi.rank() != rank || mpi.size() != nranks {
             return Err(Error::Backend(format!(
@@ -774,9 +786,10 @@ impl CudaBackend {
         let local_rank = topo.local_rank();
         let local_size = topo.local_size();
         let p2p_off = p2p_disabled(config);
-        // GPUs are picked by the rank's index among the processes of its
-        // host, not of its node: simulated nodes split a host's ranks, not
-        // its GPUs. Collective (every rank calls it).
+        // Without an explicit `device`, GPUs are picked by the rank's index
+        // among the processes of its host, not of its node: simulated nodes
+        // split a host's ranks, not its GPUs. Collective (every rank calls
+        // it, whether it needs the index or not).
         let host_rank = mpi.split_shared().map(|s| s.rank());
         // The NET proxy thread calls MPI while the caller's thread may too.
         let threads = if multi {
@@ -809,7 +822,7 @@ impl CudaBackend {
             if n == 0 {
                 return Err(Error::Backend("the CUDA driver shows no GPU".into()));
             }
-            load_local((host_rank % n) as i32)
+            load_local(device.unwrap_or((host_rank % n) as i32))
         });
         let local = agree(&mpi, local, "initialize CUDA")?;
         let Local {

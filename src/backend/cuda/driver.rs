@@ -108,6 +108,24 @@ pub(crate) fn ctx_set_current(ctx: CUcontext) -> Result<()> {
     check(unsafe { sys::cuCtxSetCurrent(ctx) }, "cuCtxSetCurrent")
 }
 
+/// The context current on the calling thread, if any.
+pub(crate) fn ctx_get_current() -> Result<Option<CUcontext>> {
+    ensure()?;
+    let mut c = std::ptr::null_mut();
+    // SAFETY: writes one context handle (null when none is current).
+    check(unsafe { sys::cuCtxGetCurrent(&mut c) }, "cuCtxGetCurrent")?;
+    Ok((!c.is_null()).then_some(c))
+}
+
+/// The device of the calling thread's current context.
+pub(crate) fn ctx_get_device() -> Result<CUdevice> {
+    ensure()?;
+    let mut d = 0;
+    // SAFETY: writes one CUdevice; fails cleanly when no context is current.
+    check(unsafe { sys::cuCtxGetDevice(&mut d) }, "cuCtxGetDevice")?;
+    Ok(d)
+}
+
 pub(crate) fn can_access_peer(dev: CUdevice, peer: CUdevice) -> Result<bool> {
     let mut v = 0;
     // SAFETY: writes one int.

@@ -48,6 +48,33 @@ pub(crate) fn bind(ordinal: i32) -> Result<DeviceCtx> {
     Ok(c)
 }
 
+/// The ordinal of the GPU whose context is current on the calling thread
+/// (the CUDA runtime makes one current with `cudaSetDevice` or its first
+/// call), or `None`: no driver, no current context, or a driver error.
+pub(crate) fn current_device() -> Option<i32> {
+    if !driver::available() {
+        return None;
+    }
+    let found = driver::ctx_get_current().and_then(|ctx| match ctx {
+        None => Ok(None),
+        Some(_) => {
+            // CUdevice is a handle: find the ordinal that has it.
+            let dev = driver::ctx_get_device()?;
+            let n = driver::device_count()? as i32;
+            for ordinal in 0..n {
+                if driver::device_get(ordinal)? == dev {
+                    return Ok(Some(ordinal));
+                }
+            }
+            Ok(None)
+        }
+    });
+    found.unwrap_or_else(|e| {
+        tracing::debug!("no current CUDA device: {e}");
+        None
+    })
+}
+
 /// Number of GPUs the driver shows this process (0 without a driver).
 pub fn device_count() -> usize {
     if !driver::available() {

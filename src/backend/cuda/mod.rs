@@ -32,10 +32,10 @@ mod shm;
 mod stream;
 
 pub use backend::{p2p_disabled, CudaBackend, FIFO_SLOTS};
-pub(crate) use memory::bind;
 pub use memory::{
     allocation_range, device_count, memory_kind_of, DeviceBuffer, DeviceView, DeviceViewMut,
 };
+pub(crate) use memory::{bind, current_device};
 pub use stream::{CudaGraph, CudaStream};
 
 /// Whether a CUDA driver is loadable and shows at least one GPU.
