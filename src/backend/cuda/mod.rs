@@ -36,7 +36,7 @@
 //! | `driver.rs` | the driver API wrappers; result codes to `Error::Cuda`/`Error::OutOfMemory` |
 //! | `memory.rs` | contexts, device/pinned memory, [`DeviceBuffer`] |
 //! | `shm.rs` | the per-rank control segments in `/dev/shm` |
-//! | `net.rs` | NET connectors and their MPI proxy thread |
+//! | `net.rs` | NET connectors: layout and the proxy's state machine (`net/thread.rs`: the proxy thread and NET block) |
 //! | `stream.rs` | [`CudaStream`], [`CudaGraph`] |
 //! | `abi.rs` | the structs and constants shared with `kernels/coll.cu` |
 //!
