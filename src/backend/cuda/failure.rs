@@ -98,3 +98,68 @@ impl Failure {
             .unwrap_or_else(|| format!("local rank {who} raised the abort flag without a reason"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cuda::shm::CONTROL_BYTES;
+
+    /// Three local ranks' segments as rank `me` maps them.
+    fn node(tag: &str) -> Vec<Arc<Segment>> {
+        (0..3)
+            .map(|l| {
+                let name = format!("/gpucoll-failtest-{}-{tag}-{l}", std::process::id());
+                let mut s = Segment::create(&name, CONTROL_BYTES).unwrap();
+                s.unlink();
+                Arc::new(s)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn first_failure_wins_and_raises_every_abort_word() {
+        let segs = node("first");
+        let f = Failure::new(5, 1, segs.clone());
+        assert!(f.state_error(None).is_none());
+        assert!(f.mark_failed("out of luck".into()));
+        assert!(!f.mark_failed("second".into()), "first reason wins");
+        for s in &segs {
+            assert_eq!(s.abort_word() & 0xffff_ffff, 2, "raised by local rank 1");
+        }
+        assert_eq!(segs[1].reason().as_deref(), Some("rank 5: out of luck"));
+        // Our own raise is not a peer's.
+        assert_eq!(f.peer_raiser(), None);
+        assert!(matches!(
+            f.state_error(None),
+            Some(Error::CommunicatorFailed(r)) if r == "out of luck"
+        ));
+    }
+
+    #[test]
+    fn a_peer_that_raised_our_word_fails_us_with_its_reason() {
+        let segs = node("peer");
+        let me = Failure::new(0, 0, segs.clone());
+        let peer = Failure::new(2, 2, segs.clone());
+        peer.mark_failed("kernel error".into());
+        assert_eq!(me.peer_raiser(), Some(2));
+        assert!(matches!(
+            me.state_error(None),
+            Some(Error::PeerFailed(r)) if r == "rank 2: kernel error"
+        ));
+        // The NET proxy's error is recorded before anything else.
+        let other = Failure::new(1, 1, node("net"));
+        let e = other.state_error(Some(Error::PeerFailed("link down".into())));
+        assert!(matches!(e, Some(Error::CommunicatorFailed(r)) if r.contains("link down")));
+    }
+
+    #[test]
+    fn abort_without_reason_reads_as_aborted() {
+        let f = Failure::new(0, 0, node("abort"));
+        f.set_aborted();
+        assert!(f.is_aborted());
+        assert!(matches!(
+            f.state_error(None),
+            Some(Error::CommunicatorFailed(r)) if r == "aborted"
+        ));
+    }
+}

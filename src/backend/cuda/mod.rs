@@ -51,7 +51,8 @@
 //! bridged over MPI point-to-point by a proxy thread (needs
 //! `MPI_THREAD_MULTIPLE`). No direct path there.
 //!
-//! Limits: Simple protocol only.
+//! Limits: step plans run the Simple protocol only (the one-shot kernel
+//! also has an LL variant).
 
 mod abi;
 mod agree;
