@@ -99,9 +99,22 @@ pub enum Error {
     /// An operating-system call failed (shared memory, threads, ...).
     #[error("{call} failed: {message}")]
     System { call: &'static str, message: String },
-    /// A backend-specific failure (CUDA driver, ...).
+    /// A backend-specific failure (other than a CUDA driver call).
     #[error("backend error: {0}")]
     Backend(String),
+    /// A CUDA driver call returned an error code (`CUresult`).
+    #[error("{call} failed: {name} (CUresult {code})")]
+    Cuda {
+        call: &'static str,
+        /// The `CUresult` value.
+        code: i32,
+        /// Its name (`CUDA_ERROR_...`).
+        name: String,
+    },
+    /// An allocation (device, pinned or registered host memory) failed for
+    /// lack of memory. Nothing was launched: the communicator stays usable.
+    #[error("out of memory: {call} of {bytes} bytes failed")]
+    OutOfMemory { call: &'static str, bytes: u64 },
     /// A count too large for this platform or transport.
     #[error("count {0} is too large")]
     CountTooLarge(u64),
@@ -120,6 +133,62 @@ impl Error {
                 | Error::CommunicatorFailed(_)
                 | Error::System { .. }
                 | Error::Backend(_)
+                | Error::Cuda { .. }
         )
+    }
+
+    /// Whether the error is a lack of memory: an allocation that failed
+    /// ([`Error::OutOfMemory`]) or any other driver call that reported
+    /// `CUDA_ERROR_OUT_OF_MEMORY`.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(
+            self,
+            Error::OutOfMemory { .. }
+                | Error::Cuda {
+                    code: CUDA_ERROR_OUT_OF_MEMORY,
+                    ..
+                }
+        )
+    }
+}
+
+/// `CUDA_ERROR_OUT_OF_MEMORY`, a stable value of the CUDA driver API.
+pub(crate) const CUDA_ERROR_OUT_OF_MEMORY: i32 = 2;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_memory_is_matchable_and_not_fatal() {
+        let oom = Error::OutOfMemory {
+            call: "cuMemAlloc",
+            bytes: 1 << 40,
+        };
+        assert!(oom.is_out_of_memory());
+        assert!(!oom.is_fatal());
+        assert!(oom.to_string().contains("1099511627776 bytes"));
+    }
+
+    #[test]
+    fn cuda_errors_are_fatal_and_keep_their_code() {
+        let e = Error::Cuda {
+            call: "cuLaunchKernel",
+            code: 719,
+            name: "CUDA_ERROR_LAUNCH_FAILED".into(),
+        };
+        assert!(e.is_fatal());
+        assert!(!e.is_out_of_memory());
+        assert_eq!(
+            e.to_string(),
+            "cuLaunchKernel failed: CUDA_ERROR_LAUNCH_FAILED (CUresult 719)"
+        );
+        let late_oom = Error::Cuda {
+            call: "cuStreamSynchronize",
+            code: CUDA_ERROR_OUT_OF_MEMORY,
+            name: "CUDA_ERROR_OUT_OF_MEMORY".into(),
+        };
+        assert!(late_oom.is_out_of_memory());
+        assert!(late_oom.is_fatal());
     }
 }

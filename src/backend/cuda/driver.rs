@@ -5,7 +5,7 @@
 //! (cudarc's loader panics when the library is missing, so nothing here may
 //! touch `sys` before that check succeeded).
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, CUDA_ERROR_OUT_OF_MEMORY};
 use cudarc::driver::sys;
 use std::ffi::c_void;
 use std::sync::OnceLock;
@@ -30,12 +30,32 @@ fn error_name(r: sys::CUresult) -> String {
     }
 }
 
+/// The error of a failed call: [`Error::OutOfMemory`] when an allocation of
+/// `alloc_bytes` ran out of memory, else [`Error::Cuda`] with the code.
+/// Pure (the name is looked up by the caller), so it is unit-tested.
+fn status_error(call: &'static str, code: i32, name: String, alloc_bytes: Option<u64>) -> Error {
+    match alloc_bytes {
+        Some(bytes) if code == CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory { call, bytes },
+        _ => Error::Cuda { call, code, name },
+    }
+}
+
 /// Turn a driver status into a `Result` naming the call.
-fn check(r: sys::CUresult, call: &str) -> Result<()> {
+fn check(r: sys::CUresult, call: &'static str) -> Result<()> {
+    checked(r, call, None)
+}
+
+/// As [`check`] for a call that allocates `bytes`: running out of memory is
+/// [`Error::OutOfMemory`].
+fn check_alloc(r: sys::CUresult, call: &'static str, bytes: usize) -> Result<()> {
+    checked(r, call, Some(bytes as u64))
+}
+
+fn checked(r: sys::CUresult, call: &'static str, alloc_bytes: Option<u64>) -> Result<()> {
     if r == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
-        Err(Error::Backend(format!("{call} failed: {}", error_name(r))))
+        Err(status_error(call, r as i32, error_name(r), alloc_bytes))
     }
 }
 
@@ -140,9 +160,10 @@ pub(crate) fn mem_alloc(bytes: usize) -> Result<CUdeviceptr> {
     ensure()?;
     let mut p = 0;
     // SAFETY: writes one device pointer; the current context is set by the caller.
-    check(
+    check_alloc(
         unsafe { sys::cuMemAlloc_v2(&mut p, bytes.max(1)) },
         "cuMemAlloc",
+        bytes,
     )?;
     Ok(p)
 }
@@ -298,7 +319,7 @@ pub(crate) fn host_alloc_mapped(bytes: usize) -> Result<*mut u8> {
     ensure()?;
     let mut p = std::ptr::null_mut();
     // SAFETY: writes one pointer.
-    check(
+    check_alloc(
         unsafe {
             sys::cuMemHostAlloc(
                 &mut p,
@@ -307,6 +328,7 @@ pub(crate) fn host_alloc_mapped(bytes: usize) -> Result<*mut u8> {
             )
         },
         "cuMemHostAlloc",
+        bytes,
     )?;
     Ok(p as *mut u8)
 }
@@ -320,7 +342,7 @@ pub(crate) fn host_free(p: *mut u8) {
 /// `p` must be a page-aligned mapping of `bytes` that outlives the registration.
 pub(crate) unsafe fn host_register(p: *mut u8, bytes: usize) -> Result<()> {
     // SAFETY: per the contract.
-    check(
+    check_alloc(
         unsafe {
             sys::cuMemHostRegister_v2(
                 p as *mut c_void,
@@ -329,6 +351,7 @@ pub(crate) unsafe fn host_register(p: *mut u8, bytes: usize) -> Result<()> {
             )
         },
         "cuMemHostRegister",
+        bytes,
     )
 }
 
@@ -617,4 +640,54 @@ pub(crate) fn graph_exec_destroy(e: CUgraphExec) {
 pub(crate) fn graph_destroy(g: CUgraph) {
     // SAFETY: `g` came from stream_end_capture and is destroyed once.
     let _ = unsafe { sys::cuGraphDestroy(g) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn result_codes_map_to_errors() {
+        let oom = sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY as i32;
+        assert_eq!(oom, CUDA_ERROR_OUT_OF_MEMORY);
+        let e = status_error(
+            "cuMemAlloc",
+            oom,
+            "CUDA_ERROR_OUT_OF_MEMORY".into(),
+            Some(64),
+        );
+        assert_eq!(
+            e,
+            Error::OutOfMemory {
+                call: "cuMemAlloc",
+                bytes: 64
+            }
+        );
+        assert!(!e.is_fatal());
+        // Out of memory outside an allocation keeps its code and is fatal.
+        let e = status_error(
+            "cuLaunchKernel",
+            oom,
+            "CUDA_ERROR_OUT_OF_MEMORY".into(),
+            None,
+        );
+        assert!(matches!(e, Error::Cuda { code, .. } if code == oom));
+        assert!(e.is_out_of_memory() && e.is_fatal());
+        let bad = sys::CUresult::CUDA_ERROR_INVALID_VALUE as i32;
+        let e = status_error(
+            "cuMemAlloc",
+            bad,
+            "CUDA_ERROR_INVALID_VALUE".into(),
+            Some(64),
+        );
+        assert_eq!(
+            e,
+            Error::Cuda {
+                call: "cuMemAlloc",
+                code: 1,
+                name: "CUDA_ERROR_INVALID_VALUE".into()
+            }
+        );
+        assert!(e.is_fatal() && !e.is_out_of_memory());
+    }
 }

@@ -5,10 +5,40 @@
 //! GPU).
 //!
 //! Layering: [`driver`] is the only module that calls `cudarc::driver::sys`;
-//! [`memory`] (contexts, RAII allocations, [`DeviceBuffer`]), `shm` (the
-//! per-rank control segments) and `backend` ([`CudaBackend`]) build on it.
-//! Nothing here panics or touches the driver before checking that
-//! `libcuda.so` is present ([`available`]).
+//! everything else builds on it. Nothing here panics or touches the driver
+//! before checking that `libcuda.so` is present ([`available`]).
+//!
+//! Where one call goes: `backend` (`Backend::submit`) → `submit` →
+//! `staging` (host buffers) → `lower` (plan to step tables) → `upload` →
+//! `launch` → `pending` (awaited by `wait`, or by `watchdog` for work on a
+//! caller's stream).
+//!
+//! | file | concern |
+//! |---|---|
+//! | `backend.rs` | [`CudaBackend`] and its `Backend` implementation |
+//! | `bringup.rs` | `CudaBackend::new`: the collective bring-up stages |
+//! | `agree.rs` | bring-up consensus (`agree`) and the segment tag (`random_tag`) |
+//! | `caps.rs` | `BackendCaps` and link costs offered to the tuner |
+//! | `layout.rs` | connector memory layout, channel/slot sizing, connector tables |
+//! | `state.rs` | `Inner`, what a backend owns, and its teardown |
+//! | `failure.rs` | first-error-wins failure state and the abort words |
+//! | `submit.rs` | one submission: lower, upload, launch, order |
+//! | `staging.rs` | host buffers staged through device memory |
+//! | `lower.rs` | plan lowering to `GcStep`/`GcChan`/`GcArgs` (pure; CPU tests); the one-shot decision |
+//! | `upload.rs` | step tables and group tables copied to the device |
+//! | `cache.rs` | pooled work buffers and the step-table cache |
+//! | `launch.rs` | kernel launches |
+//! | `module.rs` | the embedded fatbin and its kernels |
+//! | `order.rs` | order of submissions across streams; caller-stream checks |
+//! | `pending.rs` | `CudaPending`: completion, progress, timeout, abort |
+//! | `watchdog.rs` | the thread that completes work queued on callers' streams |
+//! | `handles.rs` | owning driver handles (module, stream, event, IPC mapping, host registration) |
+//! | `driver.rs` | the driver API wrappers; result codes to `Error::Cuda`/`Error::OutOfMemory` |
+//! | `memory.rs` | contexts, device/pinned memory, [`DeviceBuffer`] |
+//! | `shm.rs` | the per-rank control segments in `/dev/shm` |
+//! | `net.rs` | NET connectors: layout and the proxy's state machine (`net/thread.rs`: the proxy thread and NET block) |
+//! | `stream.rs` | [`CudaStream`], [`CudaGraph`] |
+//! | `abi.rs` | the structs and constants shared with `kernels/coll.cu` |
 //!
 //! With P2P and 2..=8 ranks on one node the backend also offers the direct
 //! path (`BackendCaps::direct`): all_reduce up to
@@ -21,17 +51,37 @@
 //! bridged over MPI point-to-point by a proxy thread (needs
 //! `MPI_THREAD_MULTIPLE`). No direct path there.
 //!
-//! Limits: Simple protocol only.
+//! Limits: step plans run the Simple protocol only (the one-shot kernel
+//! also has an LL variant).
 
 mod abi;
+mod agree;
 mod backend;
+mod bringup;
+mod cache;
+mod caps;
 pub(crate) mod driver;
+mod failure;
+mod handles;
+mod launch;
+mod layout;
+mod lower;
 mod memory;
+mod module;
 mod net;
+mod order;
+mod pending;
 mod shm;
+mod staging;
+mod state;
 mod stream;
+mod submit;
+mod upload;
+mod watchdog;
 
-pub use backend::{p2p_disabled, CudaBackend, FIFO_SLOTS};
+pub use backend::CudaBackend;
+pub use bringup::p2p_disabled;
+pub use layout::FIFO_SLOTS;
 pub use memory::{
     allocation_range, device_count, memory_kind_of, DeviceBuffer, DeviceView, DeviceViewMut,
 };

@@ -4,7 +4,8 @@
 //! words. Every rank of a node maps every local segment and registers it
 //! with CUDA (`cuMemHostRegister`, device-mapped) so kernels reach it.
 
-use super::driver::{self, CUdeviceptr};
+use super::driver::CUdeviceptr;
+use super::handles::HostRegistration;
 use crate::backend::shared::shm::SegOwner;
 use crate::error::{Error, Result};
 use std::ffi::CString;
@@ -26,7 +27,8 @@ pub(crate) struct Segment {
     ptr: *mut u8,
     len: usize,
     linked: bool,
-    dev: Option<CUdeviceptr>,
+    /// The CUDA registration, released before the mapping (in `Drop`).
+    reg: Option<HostRegistration>,
 }
 
 // SAFETY: the mapping is process-wide; shared words are accessed atomically
@@ -92,7 +94,7 @@ impl Segment {
             ptr: p as *mut u8,
             len,
             linked: create,
-            dev: None,
+            reg: None,
         })
     }
 
@@ -121,27 +123,22 @@ impl Segment {
 
     /// Register with CUDA (current context) and return the device address.
     pub(crate) fn register(&mut self) -> Result<CUdeviceptr> {
-        if let Some(d) = self.dev {
-            return Ok(d);
+        if let Some(r) = &self.reg {
+            return Ok(r.dev());
         }
         // SAFETY: the mapping is page aligned, `len` long, and outlives the
         // registration (dropped in Drop before munmap).
-        unsafe { driver::host_register(self.ptr, self.len)? };
-        let d = match driver::host_device_pointer(self.ptr) {
-            Ok(d) => d,
-            Err(e) => {
-                driver::host_unregister(self.ptr);
-                return Err(e);
-            }
-        };
-        self.dev = Some(d);
+        let r = unsafe { HostRegistration::new(self.ptr, self.len)? };
+        let d = r.dev();
+        self.reg = Some(r);
         Ok(d)
     }
 
     /// Device address of byte `off`.
     pub(crate) fn dev_at(&self, off: usize) -> Result<CUdeviceptr> {
-        self.dev
-            .map(|d| d + off as u64)
+        self.reg
+            .as_ref()
+            .map(|r| r.dev() + off as u64)
             .ok_or_else(|| Error::Backend("segment not registered with CUDA".into()))
     }
 
@@ -199,9 +196,7 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        if self.dev.take().is_some() {
-            driver::host_unregister(self.ptr);
-        }
+        drop(self.reg.take());
         self.unlink();
         // SAFETY: unmaps exactly our mapping.
         unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };

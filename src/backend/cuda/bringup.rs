@@ -1,0 +1,510 @@
+//! Bring-up of [`CudaBackend`], collective over the communicator, in
+//! stages: device and module, agreement on transport and layout, control
+//! segments, FIFO memory (P2P blocks over CUDA IPC or SHM), NET connectors,
+//! connector tables, NET proxy. Every stage ends in [`agree`], so all
+//! ranks fail together; what a failed stage leaves behind is released by
+//! the `Drop` of the values built so far (in reverse order of creation).
+
+use super::abi::GcConn;
+use super::agree::{agree, random_tag};
+use super::backend::CudaBackend;
+use super::cache::StepStore;
+use super::caps::caps;
+use super::driver;
+use super::failure::Failure;
+use super::handles::{EventPool, IpcMapping, Stream};
+use super::layout::*;
+use super::lower::Target;
+use super::memory::{bind, DevMem, DeviceCtx};
+use super::module::Kernels;
+use super::net::{self, NetLayout, NetProxy};
+use super::shm::{self, Segment};
+use super::state::Inner;
+use crate::config::Config;
+use crate::mpi::Threading;
+use crate::error::{Error, Result};
+use crate::mpi::MpiComm;
+use crate::topo::Topology;
+use std::sync::{Arc, Mutex};
+
+/// `GPUCOLL_P2P_DISABLE=1` (parsed, validated and agreed across ranks in
+/// [`Config`]): connectors in host shared memory instead of peer device
+/// memory.
+pub fn p2p_disabled(config: &Config) -> bool {
+    config.p2p_disable
+}
+
+/// A positive integer from the environment, if set and valid.
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&v| v > 0)
+}
+
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[i * 8..i * 8 + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// Stage 1 on each rank: the device, the module and our stream. Fields
+/// drop in order: the stream, then the module.
+struct Local {
+    ctx: DeviceCtx,
+    stream: Stream,
+    kernels: Kernels,
+}
+
+fn open_device(ordinal: i32) -> Result<Local> {
+    let ctx = bind(ordinal)?;
+    let kernels = Kernels::load()?;
+    let stream = Stream::create()?;
+    Ok(Local {
+        ctx,
+        stream,
+        kernels,
+    })
+}
+
+/// What stage 2 agrees on, identical on all ranks (but `ords`' use).
+struct Agreed {
+    pids: Vec<u32>,
+    tag: u64,
+    transport: Transport,
+    layout: Layout,
+    /// Ranks on other nodes, reached through NET connectors.
+    net_layout: NetLayout,
+}
+
+/// Stage 2: identities, device ordinals, P2P feasibility, channels and
+/// slot size (the smallest request of all ranks wins).
+fn negotiate(
+    mpi: &MpiComm,
+    topo: &Topology,
+    ctx: &DeviceCtx,
+    multi: bool,
+    p2p_off: bool,
+) -> Result<Agreed> {
+    let (rank, nranks) = (topo.rank, topo.nranks);
+    let tag = random_tag();
+    let def_channels = if multi {
+        NET_CHANNELS
+    } else {
+        p2p_channels(nranks)
+    };
+    let want_channels = env_usize("GPUCOLL_CUDA_CHANNELS")
+        .unwrap_or(def_channels)
+        .min(MAX_CHANNELS);
+    // 0: no preference (the default for the agreed channel count).
+    let want_slot = env_usize("GPUCOLL_CUDA_SLOT_KB")
+        .map(|k| (k << 10).clamp(4 << 10, 4 << 20))
+        .unwrap_or(0);
+    let mine: Vec<u8> = [
+        std::process::id() as u64,
+        tag,
+        ctx.ordinal as u64,
+        p2p_off as u64,
+        want_channels as u64,
+        want_slot as u64,
+    ]
+    .iter()
+    .flat_map(|v| v.to_le_bytes())
+    .collect();
+    let all = mpi.allgather_bytes(&mine)?;
+    if all.len() != 48 * nranks {
+        return Err(Error::Backend(
+            "CUDA backend setup exchange was truncated".into(),
+        ));
+    }
+    let pids: Vec<u32> = (0..nranks).map(|r| u64_at(&all, r * 6) as u32).collect();
+    let tag = u64_at(&all, 1);
+    let ords: Vec<i32> = (0..nranks)
+        .map(|r| u64_at(&all, r * 6 + 2) as i32)
+        .collect();
+    let any_off = (0..nranks).any(|r| u64_at(&all, r * 6 + 3) != 0);
+    // Every rank must use the same layout: the smallest request wins.
+    let req_channels = (0..nranks)
+        .map(|r| u64_at(&all, r * 6 + 4) as usize)
+        .min()
+        .unwrap_or(def_channels)
+        .max(1);
+    let req_slot = (0..nranks)
+        .map(|r| u64_at(&all, r * 6 + 5) as usize)
+        .filter(|&s| s > 0)
+        .min()
+        .unwrap_or(if multi {
+            SLOT_BYTES_NET
+        } else {
+            p2p_slot_bytes(req_channels)
+        })
+        / 64
+        * 64;
+    // P2P (CUDA IPC) only within a node: every rank must reach the GPUs
+    // of the ranks on its node.
+    let can_p2p = (|| -> Result<bool> {
+        for (r, &o) in ords.iter().enumerate() {
+            if topo.same_node(r, rank) && o != ctx.ordinal {
+                let peer = driver::device_get(o)?;
+                if !driver::can_access_peer(ctx.dev, peer)? {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    })()
+    .unwrap_or(false);
+    let oks = mpi.allgather_bytes(&[can_p2p as u8])?;
+    let transport = if any_off || oks.contains(&0) {
+        Transport::Shm
+    } else {
+        Transport::P2p
+    };
+    let (channels, slot_bytes) = match (multi, transport) {
+        (true, _) | (false, Transport::P2p) => (req_channels, req_slot),
+        (false, Transport::Shm) => (MAX_CHANNELS_SHM, SLOT_BYTES_SHM),
+    };
+    let layout = Layout {
+        nranks: nranks as u64,
+        channels: channels as u64,
+        slots: FIFO_SLOTS as u64,
+        slot_bytes: slot_bytes as u64,
+        // The one-shot path needs every peer mapped: single node only.
+        direct: !multi && transport == Transport::P2p && nranks > 1 && nranks <= DIRECT_MAX_RANKS,
+    };
+    let net_layout = NetLayout {
+        peers: (0..nranks).filter(|&r| !topo.same_node(r, rank)).collect(),
+        channels: layout.channels,
+        slots: layout.slots,
+        slot_bytes: layout.slot_bytes,
+    };
+    Ok(Agreed {
+        pids,
+        tag,
+        transport,
+        layout,
+        net_layout,
+    })
+}
+
+/// Stage 3: the control segments of every rank of our node (plus the FIFOs
+/// for SHM), ours unlinked once everyone mapped it, registered with CUDA
+/// where the kernels need them.
+fn map_segments(mpi: &MpiComm, topo: &Topology, a: &Agreed) -> Result<Vec<Arc<Segment>>> {
+    let local_rank = topo.local_rank();
+    let seg_bytes = shm::CONTROL_BYTES
+        + match a.transport {
+            Transport::Shm => a.layout.total() as usize,
+            Transport::P2p => 0,
+        };
+    let seg_bytes = seg_bytes.div_ceil(4096) * 4096;
+    let node: &[usize] = &topo.nodes[topo.node()];
+    let own = Segment::create(
+        &shm::segment_name(a.pids[topo.rank], a.tag, local_rank),
+        seg_bytes,
+    );
+    let own = agree(mpi, own, "create their shared memory segment")?;
+    let mut own = Some(own);
+    let segs: Result<Vec<Segment>> = node
+        .iter()
+        .enumerate()
+        .map(|(l, &r)| {
+            if l == local_rank {
+                own.take()
+                    .ok_or_else(|| Error::Backend("own segment taken twice".into()))
+            } else {
+                Segment::open(&shm::segment_name(a.pids[r], a.tag, l), seg_bytes)
+            }
+        })
+        .collect();
+    let mut segs = agree(mpi, segs, "map their peers' shared memory segments")?;
+    segs[local_rank].unlink();
+    let reg = (|| -> Result<()> {
+        for (l, s) in segs.iter_mut().enumerate() {
+            if l == local_rank || a.transport == Transport::Shm {
+                s.register()?;
+            }
+        }
+        Ok(())
+    })();
+    agree(mpi, reg, "register shared memory with CUDA")?;
+    Ok(segs.into_iter().map(Arc::new).collect())
+}
+
+/// Stage 4's result: the FIFO memory of every rank of our node. Fields
+/// drop in order: the peers' mappings, then our block.
+struct Fifos {
+    /// Peers' P2P blocks opened through IPC.
+    peers: Vec<IpcMapping>,
+    /// Our P2P block (None for SHM: the FIFOs are in the segments).
+    block: Option<DevMem>,
+    /// Every rank's FIFO area in our address space, 0 for ranks on other
+    /// nodes.
+    bases: Vec<u64>,
+}
+
+/// Stage 4: FIFO memory of every rank of our node, as device addresses
+/// by rank.
+fn map_fifos(mpi: &MpiComm, topo: &Topology, a: &Agreed, segs: &[Arc<Segment>]) -> Result<Fifos> {
+    let (rank, nranks) = (topo.rank, topo.nranks);
+    let node: &[usize] = &topo.nodes[topo.node()];
+    if a.transport == Transport::Shm {
+        let mut bases = vec![0u64; nranks];
+        for (l, &r) in node.iter().enumerate() {
+            bases[r] = segs[l].dev_at(shm::CONTROL_BYTES)?;
+        }
+        return Ok(Fifos {
+            peers: Vec::new(),
+            block: None,
+            bases,
+        });
+    }
+    let block = DevMem::zeroed(a.layout.total() as usize)
+        .and_then(|m| driver::ipc_get_handle(m.ptr).map(|h| (m, h)));
+    let (block, handle) = agree(mpi, block, "allocate and export their FIFO memory")?;
+    let handles = mpi.allgather_bytes(&handle)?;
+    if handles.len() != nranks * driver::IPC_HANDLE_BYTES {
+        return Err(Error::Backend(
+            "CUDA IPC handle exchange was truncated".into(),
+        ));
+    }
+    let mut bases = vec![0u64; nranks];
+    bases[rank] = block.ptr;
+    let mut peers = Vec::new();
+    let opened: Result<()> = (|| {
+        for r in 0..nranks {
+            if r == rank || !topo.same_node(r, rank) {
+                continue;
+            }
+            let mut hh = [0u8; driver::IPC_HANDLE_BYTES];
+            hh.copy_from_slice(
+                &handles[r * driver::IPC_HANDLE_BYTES..(r + 1) * driver::IPC_HANDLE_BYTES],
+            );
+            let m = IpcMapping::open(&hh)?;
+            bases[r] = m.ptr();
+            peers.push(m);
+        }
+        Ok(())
+    })();
+    // On failure the mappings opened so far close, then the block is freed.
+    let fifos = Fifos {
+        peers,
+        block: Some(block),
+        bases,
+    };
+    agree(mpi, opened, "open their peers' FIFO memory (CUDA IPC)")?;
+    Ok(fifos)
+}
+
+/// Stage 5: upload the connector tables `(send, recv)`.
+fn upload_conns(send: &[GcConn], recv: &[GcConn]) -> Result<(DevMem, DevMem)> {
+    let bytes = std::mem::size_of_val(send);
+    let s = DevMem::alloc(bytes)?;
+    let r = DevMem::alloc(bytes)?;
+    // SAFETY: both device blocks and host vectors hold `bytes` bytes.
+    unsafe {
+        driver::memcpy_htod(s.ptr, send.as_ptr() as *const u8, bytes)?;
+        driver::memcpy_htod(r.ptr, recv.as_ptr() as *const u8, bytes)?;
+    }
+    Ok((s, r))
+}
+
+/// The NET proxy thread calls MPI while the caller's thread may too.
+fn check_threads(multi: bool, topo: &Topology) -> Result<()> {
+    if !multi {
+        return Ok(());
+    }
+    match crate::mpi::query_thread()? {
+        Threading::Multiple => Ok(()),
+        t => Err(Error::Backend(format!(
+            "the CUDA backend needs MPI_THREAD_MULTIPLE for a communicator that spans \
+             {} nodes (its NET proxy thread calls MPI), but MPI provides {t:?}; \
+             initialize MPI with gpucoll::initialize() or MPI_THREAD_MULTIPLE, or use \
+             GPUCOLL_BACKEND=host",
+            topo.nnodes()
+        ))),
+    }
+}
+
+/// The GPU of this process: `device` when given, else its index among the
+/// processes of its host, modulo the GPU count.
+fn pick_device(host_rank: usize, device: Option<i32>) -> Result<Local> {
+    if !driver::available() {
+        return Err(Error::Backend(
+            "the CUDA backend needs the CUDA driver (libcuda.so), which is not \
+             available on this machine; use GPUCOLL_BACKEND=host"
+                .into(),
+        ));
+    }
+    let n = driver::device_count()?;
+    if n == 0 {
+        return Err(Error::Backend("the CUDA driver shows no GPU".into()));
+    }
+    open_device(device.unwrap_or((host_rank % n) as i32))
+}
+
+impl CudaBackend {
+    /// Set up connectors with every rank of the communicator. Collective
+    /// over `mpi`: every rank must call it.
+    pub fn new(mpi: Arc<MpiComm>, topo: &Topology, config: &Config) -> Result<CudaBackend> {
+        CudaBackend::new_on_device(mpi, topo, config, None)
+    }
+
+    /// Like [`CudaBackend::new`], on GPU `device` when given (collective;
+    /// each rank passes its own). `None`: the rank's index among the
+    /// processes of its host, modulo the GPU count.
+    pub fn new_on_device(
+        mpi: Arc<MpiComm>,
+        topo: &Topology,
+        config: &Config,
+        device: Option<i32>,
+    ) -> Result<CudaBackend> {
+        let (rank, nranks) = (topo.rank, topo.nranks);
+        if mpi.rank() != rank || mpi.size() != nranks {
+            return Err(Error::Backend(format!(
+                "topology (rank {rank} of {nranks}) does not match the MPI communicator \
+                 (rank {} of {})",
+                mpi.rank(),
+                mpi.size()
+            )));
+        }
+        // Ranks on other (real or simulated) nodes are reached through NET
+        // connectors: every rank agrees on this from the topology.
+        let multi = topo.nnodes() > 1;
+        let local_rank = topo.local_rank();
+        // Without an explicit `device`, GPUs are picked by the rank's index
+        // among the processes of its host, not of its node: simulated nodes
+        // split a host's ranks, not its GPUs. Collective (every rank calls
+        // it, whether it needs the index or not).
+        let host_rank = mpi.split_shared().map(|s| s.rank());
+        let threads = check_threads(multi, topo);
+
+        // Stage 1: driver, device, module, stream.
+        let local = threads.and_then(|_| pick_device(host_rank?, device));
+        let local = agree(&mpi, local, "initialize CUDA")?;
+        // From here on, a failure releases what the stages built (Drop).
+        let a = negotiate(&mpi, topo, &local.ctx, multi, p2p_disabled(config))?;
+        let segs = map_segments(&mpi, topo, &a)?;
+        let fifos = map_fifos(&mpi, topo, &a, &segs)?;
+
+        // Stage 4b (multi-node): our NET block (staging and receive FIFOs
+        // of every inter-node pair, in pinned host memory mapped into the
+        // GPU) and the private MPI duplicate its proxy talks over.
+        let net_parts = if multi {
+            let parts = mpi
+                .dup()
+                .and_then(|comm| net::alloc_block(&a.net_layout).map(|(m, d)| (m, d, comm)));
+            Some(agree(&mpi, parts, "set up their NET connectors")?)
+        } else {
+            None
+        };
+        let net_dev = net_parts.as_ref().map(|p| p.1).unwrap_or(0);
+
+        // Stage 5: connector tables.
+        let (send, recv) = conn_tables(rank, &a.layout, &fifos.bases, &a.net_layout, net_dev);
+        let tables = upload_conns(&send, &recv);
+        let (send_conns, recv_conns) = agree(&mpi, tables, "upload their connector tables")?;
+
+        // Start the proxy last: from here on nothing fails but its start.
+        let net = match net_parts {
+            None => None,
+            Some((block, _, comm)) => {
+                let started = NetProxy::start(
+                    comm,
+                    a.net_layout.clone(),
+                    block,
+                    segs.clone(),
+                    local_rank,
+                    rank,
+                );
+                // A proxy that started where another rank failed is stopped
+                // (joined, requests cancelled) inside `agree`.
+                Some(agree(&mpi, started, "start their NET proxy thread")?)
+            }
+        };
+        let own = &segs[local_rank];
+        let target = Target {
+            rank,
+            nranks,
+            layout: a.layout,
+            send_conns: send_conns.ptr,
+            recv_conns: recv_conns.ptr,
+            abort_word: own.dev_at(0)?,
+            status: own.dev_at(shm::STATUS_OFF)?,
+            direct_bases: if a.layout.direct {
+                fifos
+                    .bases
+                    .iter()
+                    .map(|b| b + a.layout.direct_off())
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        };
+        let Local {
+            ctx,
+            stream,
+            kernels,
+        } = local;
+        let Fifos { peers, block, .. } = fifos;
+        let inner = Arc::new(Inner {
+            rank,
+            nranks,
+            ctx,
+            target,
+            timeout: config.timeout,
+            _peer_blocks: peers,
+            stream,
+            kernels,
+            net,
+            failure: Failure::new(rank, local_rank, segs),
+            fifo: block,
+            mpi: mpi.clone(),
+            _send_conns: send_conns,
+            _recv_conns: recv_conns,
+            store: StepStore::default(),
+            events: EventPool::default(),
+            order: Mutex::new(Default::default()),
+            graph_keep: Mutex::new(Vec::new()),
+        });
+        let caps = caps(&a.layout, a.transport);
+        log_ready(&inner, topo, &a);
+        Ok(CudaBackend::from_parts(inner, caps))
+    }
+}
+
+/// Which transport reaches each peer, e.g. "1:p2p 2:net 3:net", and the
+/// agreed geometry.
+fn log_ready(inner: &Inner, topo: &Topology, a: &Agreed) {
+    let rank = inner.rank;
+    let intra_name = match a.transport {
+        Transport::P2p => "p2p",
+        Transport::Shm => "shm",
+    };
+    let peers = (0..inner.nranks)
+        .filter(|&p| p != rank)
+        .map(|p| {
+            let t = if a.net_layout.index_of(p).is_some() {
+                "net"
+            } else {
+                intra_name
+            };
+            format!("{p}:{t}")
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    tracing::info!(
+        rank,
+        gpu = inner.ctx.ordinal,
+        pci = driver::device_pci_bus_id(inner.ctx.dev).unwrap_or_default(),
+        transport = ?a.transport,
+        nodes = topo.nnodes(),
+        channels = a.layout.channels,
+        slot_bytes = a.layout.slot_bytes,
+        local_size = topo.local_size(),
+        fifo_bytes = a.layout.total(),
+        net_bytes = if topo.nnodes() > 1 { a.net_layout.total() } else { 0 },
+        peers = %peers,
+        "cuda backend ready"
+    );
+}

@@ -1,0 +1,64 @@
+//! Kernel launches: one block of [`THREADS`] threads per channel for the
+//! step interpreter, `grid` blocks for a one-shot all_reduce.
+
+use super::abi::{GcArgs, GcDirectArgs};
+use super::driver::{self, CUstream};
+use super::module::Kernels;
+use crate::datatype::Datatype;
+use crate::error::Result;
+use std::ffi::c_void;
+
+/// Threads per block (must match `GC_THREADS` in the kernel).
+pub(super) const THREADS: u32 = 512;
+
+/// Launch the step interpreter of `dtype` on `grid` blocks.
+///
+/// # Safety
+/// Every address in `args` (step and channel tables, connectors, the
+/// calls' buffers) stays valid until the kernel finished.
+pub(super) unsafe fn steps(
+    kernels: &Kernels,
+    dtype: Datatype,
+    grid: u32,
+    mut args: GcArgs,
+    stream: CUstream,
+) -> Result<()> {
+    let mut params = [&mut args as *mut GcArgs as *mut c_void];
+    // SAFETY: one GcArgs by value as the kernel expects; what it points to
+    // stays valid until the kernel finished (this function's contract).
+    unsafe {
+        driver::launch(
+            kernels.steps[dtype as usize],
+            grid,
+            THREADS,
+            stream,
+            &mut params,
+        )
+    }
+}
+
+/// Launch the one-shot all_reduce of `dtype` on `grid` blocks.
+///
+/// # Safety
+/// The buffers in `args` stay valid until the kernel finished; the direct
+/// areas it names live as long as the backend.
+pub(super) unsafe fn direct(
+    kernels: &Kernels,
+    dtype: Datatype,
+    grid: u32,
+    args: &mut GcDirectArgs,
+    stream: CUstream,
+) -> Result<()> {
+    let mut params = [args as *mut GcDirectArgs as *mut c_void];
+    // SAFETY: one GcDirectArgs by value as the kernel expects; the buffers
+    // stay valid until it finished (this function's contract).
+    unsafe {
+        driver::launch(
+            kernels.direct[dtype as usize],
+            grid,
+            THREADS,
+            stream,
+            &mut params,
+        )
+    }
+}

@@ -1,0 +1,509 @@
+//! Plan lowering: a rank's `Plan` becomes device step tables (`GcStep`,
+//! `GcChan`) and kernel arguments (`GcArgs`, `GcDirectArgs`). Pure code: no
+//! driver call, every address comes in through [`Target`] and [`Mem`], so
+//! the unit tests below run on machines without a GPU.
+
+use super::abi::*;
+use super::layout::{
+    Layout, DIRECT_BLOCK_BYTES, DIRECT_LL_BLOCK_BYTES, DIRECT_LL_MAX_BYTES, DIRECT_MAX_BLOCKS,
+    DIRECT_MAX_BYTES,
+};
+use crate::task::CollKind;
+use crate::datatype::Datatype;
+use crate::error::{Error, Result};
+use crate::op::Combine;
+use crate::plan::{BufId, Plan, Region, Step};
+use crate::tune::{Algorithm, Protocol};
+use std::collections::BTreeMap;
+
+/// A buffer as the kernel sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Mem {
+    pub addr: u64,
+    pub elems: u64,
+}
+
+/// The device addresses a rank's tables point at, fixed at bring-up.
+#[derive(Debug, Clone)]
+pub(super) struct Target {
+    pub rank: usize,
+    pub nranks: usize,
+    pub layout: Layout,
+    /// Device connector tables (`[channel * nranks + peer]`).
+    pub send_conns: u64,
+    pub recv_conns: u64,
+    /// Our abort word and per-channel status area (control segment).
+    pub abort_word: u64,
+    pub status: u64,
+    /// Every rank's direct area in our address space; empty without the
+    /// direct path.
+    pub direct_bases: Vec<u64>,
+}
+
+/// One kernel launch of a submission.
+pub(super) enum Item {
+    /// The step interpreter over `nchans` channel descriptors.
+    Steps {
+        first_chan: usize,
+        nchans: usize,
+        args: GcArgs,
+        dtype: Datatype,
+    },
+    /// A one-shot direct kernel.
+    Direct {
+        args: Box<GcDirectArgs>,
+        dtype: Datatype,
+        grid: u32,
+    },
+}
+
+/// The step and channel tables of a submission and its launches.
+#[derive(Default)]
+pub(super) struct Lowered {
+    pub steps: Vec<GcStep>,
+    pub chans: Vec<GcChan>,
+    pub items: Vec<Item>,
+}
+
+impl Lowered {
+    /// How many launches run the step interpreter.
+    pub(super) fn step_items(&self) -> usize {
+        self.items
+            .iter()
+            .filter(|i| matches!(i, Item::Steps { .. }))
+            .count()
+    }
+}
+
+pub(super) fn op_code(c: Combine) -> u32 {
+    match c {
+        Combine::Sum => OP_SUM,
+        Combine::Prod => OP_PROD,
+        Combine::Min => OP_MIN,
+        Combine::Max => OP_MAX,
+        Combine::BitAnd => OP_BAND,
+        Combine::BitOr => OP_BOR,
+        Combine::BitXor => OP_BXOR,
+        Combine::LogicalAnd => OP_LAND,
+        Combine::LogicalOr => OP_LOR,
+        Combine::LogicalXor => OP_LXOR,
+    }
+}
+
+pub(super) fn plan_error(seq: u64, ch: usize, step: usize, msg: impl std::fmt::Display) -> Error {
+    Error::Backend(format!(
+        "invalid plan for collective #{seq}, channel {ch}, step {step}: {msg}"
+    ))
+}
+
+/// The pre-scale of integer types, as the kernel applies it.
+pub(super) fn int_scale(dtype: Datatype, s: f64) -> u64 {
+    match dtype {
+        Datatype::I8 => s as i8 as i64 as u64,
+        Datatype::U8 => s as u8 as u64,
+        Datatype::I32 => s as i32 as i64 as u64,
+        Datatype::U32 => s as u32 as u64,
+        Datatype::I64 => s as i64 as u64,
+        Datatype::U64 => s as u64,
+        _ => 0,
+    }
+}
+
+/// Whether this plan runs as the one-shot all_reduce kernel instead of its
+/// steps: the planner emits the one-shot as its own shape
+/// (`Algorithm::OneShot`), which this backend runs as its kernel. The one
+/// place that decides it: it depends only on the plan and on facts agreed
+/// at bring-up (`direct_path`: the one-shot inboxes exist), so every rank
+/// decides alike and the inbox epochs stay in step. A one-shot plan this
+/// backend cannot run (in a group, without inboxes, over the inbox size)
+/// is an error: the tuner never chooses one.
+pub(super) fn runs_as_oneshot(
+    plan: &Plan,
+    in_group: bool,
+    direct_path: bool,
+    seq: u64,
+) -> Result<bool> {
+    let task = &plan.task;
+    if plan.algorithm != Algorithm::OneShot || task.kind != CollKind::AllReduce || task.count == 0
+    {
+        return Ok(false);
+    }
+    let bytes = task.count.saturating_mul(task.dtype.size() as u64);
+    if in_group || !direct_path || bytes > DIRECT_MAX_BYTES {
+        return Err(plan_error(
+            seq,
+            0,
+            0,
+            format!(
+                "a one-shot all_reduce of {bytes} bytes (in a group: {in_group}), which needs \
+                 the direct path outside a group and at most {DIRECT_MAX_BYTES} bytes"
+            ),
+        ));
+    }
+    Ok(true)
+}
+
+impl Target {
+    /// Whether the one-shot inboxes of every rank are mapped.
+    pub(super) fn direct_path(&self) -> bool {
+        self.layout.direct && self.direct_bases.len() == self.nranks
+    }
+
+    /// The one-shot kernel launch of a plan for which
+    /// [`runs_as_oneshot`] holds.
+    pub(super) fn oneshot(&self, plan: &Plan, input: Mem, output: Mem, seq: u64) -> Result<Item> {
+        let task = &plan.task;
+        let dtype = task.dtype;
+        let bytes = task.count.saturating_mul(dtype.size() as u64);
+        if input.addr == 0
+            || output.addr == 0
+            || input.elems < task.count
+            || output.elems < task.count
+        {
+            return Err(plan_error(
+                seq,
+                0,
+                0,
+                format!(
+                    "direct all_reduce of {} elements over buffers of {} and {}",
+                    task.count, input.elems, output.elems
+                ),
+            ));
+        }
+        let (me, l) = (self.rank as u64, &self.layout);
+        let red = plan.reduction;
+        let ll = plan.protocol == Protocol::LL;
+        if ll && bytes > DIRECT_LL_MAX_BYTES {
+            return Err(plan_error(
+                seq,
+                0,
+                0,
+                format!("an LL one-shot of {bytes} bytes (at most {DIRECT_LL_MAX_BYTES})"),
+            ));
+        }
+        let mut flags = 0;
+        if red.pre_scale.is_some() {
+            flags |= FLAG_PRE_OP;
+        }
+        if red.post_div.is_some() {
+            flags |= FLAG_POST_OP;
+        }
+        if ll {
+            flags |= FLAG_LL;
+        }
+        let bases = &self.direct_bases;
+        let mut a = GcDirectArgs {
+            input: input.addr,
+            output: output.addr,
+            count: task.count,
+            abort_word: self.abort_word,
+            status: self.status,
+            scale: red.pre_scale.unwrap_or(1.0),
+            iscale: int_scale(dtype, red.pre_scale.unwrap_or(1.0)),
+            div: red.post_div.unwrap_or(1).max(1),
+            // The launch counter lives in device memory (advanced by the
+            // kernels), so captured graphs replay with fresh epochs.
+            ctl: bases[self.rank],
+            meta: (seq << 32) | (bytes & 0xffff_ffff),
+            parity_bytes: l.direct_parity_bytes(),
+            ll_off: DIRECT_MAX_BYTES,
+            nranks: self.nranks as u32,
+            rank: self.rank as u32,
+            op: op_code(red.combine),
+            flags,
+            ..GcDirectArgs::default()
+        };
+        for p in 0..self.nranks {
+            let pu = p as u64;
+            a.put_data[p] = bases[p] + l.direct_inbox(me);
+            a.put_flag[p] = bases[p] + l.direct_flags(me);
+            a.get_data[p] = bases[self.rank] + l.direct_inbox(pu);
+            a.get_flag[p] = bases[self.rank] + l.direct_flags(pu);
+        }
+        let per_block = if ll {
+            DIRECT_LL_BLOCK_BYTES
+        } else {
+            DIRECT_BLOCK_BYTES
+        };
+        let grid = bytes
+            .div_ceil(per_block)
+            .clamp(1, DIRECT_MAX_BLOCKS.min(l.channels)) as u32;
+        Ok(Item::Direct {
+            args: Box::new(a),
+            dtype,
+            grid,
+        })
+    }
+
+    /// Append the steps of `plan` (collective `seq`) to `out` and its
+    /// launch item, if any channel has work. Outside a group, leading
+    /// local-only steps of a channel get a block of their own.
+    pub(super) fn lower_steps(
+        &self,
+        plan: &Plan,
+        bufs: [Mem; 3],
+        seq: u64,
+        in_group: bool,
+        out: &mut Lowered,
+    ) -> Result<()> {
+        let [input, output, scratch] = bufs;
+        let n = self.nranks;
+        let dtype = plan.task.dtype;
+        let esize = dtype.size() as u64;
+        let mem = |b: BufId| match b {
+            BufId::Input => input,
+            BufId::Output => output,
+            BufId::Scratch => scratch,
+        };
+        let red = plan.reduction;
+        let (steps, chans) = (&mut out.steps, &mut out.chans);
+        let first_chan = chans.len();
+        // Blocks for leading local-only steps split off their channel.
+        let mut local_chans: Vec<GcChan> = Vec::new();
+        for cw in &plan.channels {
+            let ch = cw.channel;
+            if cw.steps.iter().all(|s| s.count() == 0) {
+                continue;
+            }
+            if ch >= self.layout.channels as usize {
+                return Err(plan_error(
+                    seq,
+                    ch,
+                    0,
+                    format!("only {} channels", self.layout.channels),
+                ));
+            }
+            let first = steps.len();
+            for (i, step) in cw.steps.iter().enumerate() {
+                let count = step.count();
+                if count == 0 {
+                    continue;
+                }
+                let region = |r: Region| -> Result<u64> {
+                    let m = mem(r.buf);
+                    match r.offset.checked_add(count) {
+                        Some(end) if end <= m.elems && m.addr != 0 => Ok(m.addr + r.offset * esize),
+                        _ => Err(plan_error(
+                            seq,
+                            ch,
+                            i,
+                            format!(
+                                "elements {}..+{count} of the {:?} buffer, which holds {}",
+                                r.offset, r.buf, m.elems
+                            ),
+                        )),
+                    }
+                };
+                let peer = |p: usize, flow: bool| -> Result<u32> {
+                    if p >= n || (flow && p == self.rank) {
+                        return Err(plan_error(seq, ch, i, format!("peer {p} of {n} ranks")));
+                    }
+                    Ok(p as u32)
+                };
+                let mut g = GcStep {
+                    count,
+                    ..GcStep::default()
+                };
+                match step {
+                    Step::Flow(f) => {
+                        if f.acc {
+                            return Err(plan_error(
+                                seq,
+                                ch,
+                                i,
+                                "an accumulating flow (one-shot plans run as their kernel)",
+                            ));
+                        }
+                        let inputs = f.recv.len() + f.src.is_some() as usize;
+                        if (!f.reduce && inputs > 1) || inputs == 0 {
+                            return Err(plan_error(seq, ch, i, "flow with a bad number of inputs"));
+                        }
+                        g.kind = STEP_FLOW;
+                        g.src = f.src.map(region).transpose()?.unwrap_or(0);
+                        g.dst = f.dst.map(region).transpose()?.unwrap_or(0);
+                        if f.reduce {
+                            g.flags |= FLAG_REDUCE;
+                            if f.pre_op && red.pre_scale.is_some() {
+                                g.flags |= FLAG_PRE_OP;
+                            }
+                            if f.post_op && red.post_div.is_some() {
+                                g.flags |= FLAG_POST_OP;
+                            }
+                        }
+                        for (j, p) in f.recv.iter().enumerate() {
+                            g.recv[j] = peer(p, true)?;
+                        }
+                        for (j, p) in f.send.iter().enumerate() {
+                            g.send[j] = peer(p, true)?;
+                        }
+                        g.nrecv = f.recv.len() as u32;
+                        g.nsend = f.send.len() as u32;
+                    }
+                    Step::Exchange {
+                        to, src, from, dst, ..
+                    } => {
+                        g.kind = STEP_EXCHANGE;
+                        g.src = region(*src)?;
+                        g.dst = region(*dst)?;
+                        g.send[0] = peer(*to, false)?;
+                        g.recv[0] = peer(*from, false)?;
+                        g.nsend = 1;
+                        g.nrecv = 1;
+                    }
+                }
+                steps.push(g);
+            }
+            let k = if in_group {
+                0
+            } else {
+                local_prefix(&steps[first..], esize)
+            };
+            chans.push(GcChan {
+                channel: ch as u32,
+                first: (first + k) as u32,
+                nsteps: (steps.len() - first - k) as u32,
+                pad: 0,
+            });
+            if k > 0 {
+                local_chans.push(GcChan {
+                    channel: ch as u32,
+                    first: first as u32,
+                    nsteps: k as u32,
+                    pad: 0,
+                });
+            }
+        }
+        chans.append(&mut local_chans);
+        let nchans = chans.len() - first_chan;
+        if nchans == 0 {
+            return Ok(());
+        }
+        let args = GcArgs {
+            send: self.send_conns,
+            recv: self.recv_conns,
+            abort_word: self.abort_word,
+            status: self.status,
+            scale: red.pre_scale.unwrap_or(1.0),
+            iscale: int_scale(dtype, red.pre_scale.unwrap_or(1.0)),
+            div: red.post_div.unwrap_or(1).max(1),
+            nranks: n as u32,
+            rank: self.rank as u32,
+            slot_bytes: self.layout.slot_bytes as u32,
+            slots: self.layout.slots as u32,
+            seq: seq as u32,
+            op: op_code(red.combine),
+            ..GcArgs::default()
+        };
+        out.items.push(Item::Steps {
+            first_chan,
+            nchans,
+            args,
+            dtype,
+        });
+        Ok(())
+    }
+}
+
+/// How many leading steps of one channel's list may run in a block of their
+/// own, concurrently with the rest: local-only flows (no peer; e.g. the own
+/// block copy of all_to_all) when no later step of the channel reads what
+/// they write or writes what they read or write. 0 when none may (or when
+/// the whole list is local: nothing to overlap).
+pub(super) fn local_prefix(steps: &[GcStep], esize: u64) -> usize {
+    let k = steps
+        .iter()
+        .take_while(|s| s.kind == STEP_FLOW && s.nrecv == 0 && s.nsend == 0)
+        .count();
+    if k == 0 || k == steps.len() {
+        return 0;
+    }
+    let range = |a: u64, s: &GcStep| (a, a + s.count * esize);
+    let meet = |a: (u64, u64), b: (u64, u64)| a.0 != 0 && b.0 != 0 && a.0 < b.1 && b.0 < a.1;
+    for p in &steps[..k] {
+        let (ps, pd) = (range(p.src, p), range(p.dst, p));
+        for l in &steps[k..] {
+            let (ls, ld) = (range(l.src, l), range(l.dst, l));
+            if meet(pd, ls) || meet(pd, ld) || meet(ps, ld) {
+                return 0;
+            }
+        }
+    }
+    k
+}
+
+/// The tables of one datatype's launch in a group: the calls' arguments,
+/// one descriptor per block (channel) and the entries it walks.
+pub(super) struct GroupPart {
+    pub dtype: Datatype,
+    pub items: Vec<GcArgs>,
+    pub blocks: Vec<GcChan>,
+    pub entries: Vec<GcGroupEntry>,
+}
+
+/// Split a group's step items by datatype (in order of first appearance):
+/// one launch per datatype, one block per channel used, whose entries name
+/// the calls' step ranges on that channel in call order (every rank orders
+/// them alike). Every item must be a step-plan item.
+pub(super) fn group_parts(chans: &[GcChan], items: &[Item]) -> Result<Vec<GroupPart>> {
+    let mut parts: Vec<GroupPart> = Vec::new();
+    for dt in items.iter().filter_map(|i| match i {
+        Item::Steps { dtype, .. } => Some(*dtype),
+        Item::Direct { .. } => None,
+    }) {
+        if parts.iter().any(|p| p.dtype == dt) {
+            continue;
+        }
+        let mut per_channel: BTreeMap<u32, Vec<GcGroupEntry>> = BTreeMap::new();
+        let mut args: Vec<GcArgs> = Vec::new();
+        for item in items {
+            let Item::Steps {
+                first_chan,
+                nchans,
+                args: a,
+                dtype,
+            } = item
+            else {
+                return Err(Error::Backend(
+                    "a group launch holds a one-shot item".into(),
+                ));
+            };
+            if *dtype != dt {
+                continue;
+            }
+            let idx = args.len() as u32;
+            args.push(*a);
+            for c in &chans[*first_chan..*first_chan + *nchans] {
+                per_channel
+                    .entry(c.channel)
+                    .or_default()
+                    .push(GcGroupEntry {
+                        item: idx,
+                        pad: 0,
+                        first: c.first,
+                        nsteps: c.nsteps,
+                    });
+            }
+        }
+        let mut entries: Vec<GcGroupEntry> = Vec::new();
+        let mut blocks: Vec<GcChan> = Vec::new();
+        for (channel, list) in per_channel {
+            blocks.push(GcChan {
+                channel,
+                first: entries.len() as u32,
+                nsteps: list.len() as u32,
+                pad: 0,
+            });
+            entries.extend(list);
+        }
+        parts.push(GroupPart {
+            dtype: dt,
+            items: args,
+            blocks,
+            entries,
+        });
+    }
+    Ok(parts)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,435 @@
+//! CPU tests of plan lowering (no driver calls).
+
+use super::*;
+use crate::op::ReduceOp;
+use crate::plan::{ChannelWork, Flow, Peers};
+
+fn layout(nranks: u64, direct: bool) -> Layout {
+    Layout {
+        nranks,
+        channels: 4,
+        slots: 8,
+        slot_bytes: 64 << 10,
+        direct,
+    }
+}
+
+fn target(rank: usize, nranks: usize, direct: bool) -> Target {
+    Target {
+        rank,
+        nranks,
+        layout: layout(nranks as u64, direct),
+        send_conns: 0x1000,
+        recv_conns: 0x2000,
+        abort_word: 0x3000,
+        status: 0x3400,
+        direct_bases: if direct {
+            (0..nranks as u64).map(|r| (r + 1) << 40).collect()
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+fn task(kind: CollKind, dtype: Datatype, count: u64) -> crate::task::Task {
+    crate::task::Task {
+        kind,
+        dtype,
+        op: ReduceOp::Sum,
+        count,
+        root: 0,
+        in_place: false,
+    }
+}
+
+/// A plan of this rank's `channels`, for `count` f32 elements.
+fn plan(kind: CollKind, algorithm: Algorithm, count: u64, channels: Vec<ChannelWork>) -> Plan {
+    let t = task(kind, Datatype::F32, count);
+    Plan {
+        task: t,
+        reduction: crate::op::Reduction::lower(t.op, t.dtype, 2),
+        algorithm,
+        protocol: Protocol::Simple,
+        chunk_elems: count.max(1),
+        scratch_elems: 0,
+        channels,
+    }
+}
+
+/// A plan built by the planner for `rank` of `nranks` ranks on one node.
+fn planned(kind: CollKind, algorithm: Algorithm, count: u64, rank: usize, nranks: usize) -> Plan {
+    use crate::backend::{BackendCaps, LinkCost};
+    let topo = crate::topo::Topology::from_node_keys(0, &vec![0; nranks]);
+    let graph = crate::graph::Graph::new(&topo);
+    let link = LinkCost {
+        latency_us: 1.0,
+        bandwidth_gbs: 1.0,
+    };
+    let caps = BackendCaps {
+        protocols: vec![Protocol::Simple],
+        direct_protocols: vec![Protocol::Simple],
+        max_channels: 4,
+        slot_bytes: 64 << 10,
+        fifo_slots: 8,
+        intra: link,
+        inter: link,
+        launch_us: 1.0,
+        direct: true,
+    };
+    let choice = crate::tune::Choice {
+        algorithm,
+        protocol: Protocol::Simple,
+        nchannels: 2,
+        chunk_bytes: 1 << 20,
+    };
+    let t = task(kind, Datatype::F32, count);
+    crate::plan::build(&t, &topo.as_rank(rank), &graph, &choice, &caps)
+}
+
+const IN: Mem = Mem {
+    addr: 0x10_0000,
+    elems: 1 << 20,
+};
+const OUT: Mem = Mem {
+    addr: 0x100_0000,
+    elems: 1 << 20,
+};
+
+fn local_copy(src: u64, dst: u64, count: u64) -> Step {
+    Step::Flow(Flow {
+        recv: Peers::default(),
+        send: Peers::default(),
+        src: Some(Region {
+            buf: BufId::Input,
+            offset: src,
+        }),
+        dst: Some(Region {
+            buf: BufId::Output,
+            offset: dst,
+        }),
+        count,
+        reduce: false,
+        pre_op: false,
+        post_op: false,
+        acc: false,
+    })
+}
+
+fn send_to(peer: usize, src: u64, count: u64) -> Step {
+    Step::Flow(Flow {
+        recv: Peers::default(),
+        send: Peers::one(peer),
+        src: Some(Region {
+            buf: BufId::Input,
+            offset: src,
+        }),
+        dst: None,
+        count,
+        reduce: false,
+        pre_op: false,
+        post_op: false,
+        acc: false,
+    })
+}
+
+#[test]
+fn the_oneshot_decision_depends_on_the_plan_alone() {
+    let small = plan(CollKind::AllReduce, Algorithm::OneShot, 1024, Vec::new());
+    assert!(runs_as_oneshot(&small, false, true, 1).unwrap());
+    assert!(
+        runs_as_oneshot(&small, true, true, 1).is_err(),
+        "groups never get one-shot plans"
+    );
+    assert!(runs_as_oneshot(&small, false, false, 1).is_err(), "no inboxes");
+    let pairwise = plan(CollKind::AllReduce, Algorithm::Direct, 1024, Vec::new());
+    assert!(!runs_as_oneshot(&pairwise, false, true, 1).unwrap());
+    let ring = plan(CollKind::AllReduce, Algorithm::Ring, 1024, Vec::new());
+    assert!(!runs_as_oneshot(&ring, false, true, 1).unwrap());
+    let empty = plan(CollKind::AllReduce, Algorithm::OneShot, 0, Vec::new());
+    assert!(!runs_as_oneshot(&empty, false, true, 1).unwrap());
+    let big = plan(
+        CollKind::AllReduce,
+        Algorithm::OneShot,
+        DIRECT_MAX_BYTES / 4 + 1,
+        Vec::new(),
+    );
+    assert!(runs_as_oneshot(&big, false, true, 1).is_err());
+    let a2a = plan(CollKind::AllToAll, Algorithm::Direct, 1024, Vec::new());
+    assert!(!runs_as_oneshot(&a2a, false, true, 1).unwrap());
+    assert!(target(0, 2, true).direct_path());
+    assert!(!target(0, 2, false).direct_path());
+}
+
+#[test]
+fn oneshot_arguments_address_every_inbox() {
+    let t = target(1, 4, true);
+    let p = plan(CollKind::AllReduce, Algorithm::OneShot, 1 << 16, Vec::new());
+    let Item::Direct { args, dtype, grid } = t.oneshot(&p, IN, OUT, 7).unwrap() else {
+        panic!("not a one-shot item");
+    };
+    assert_eq!(dtype, Datatype::F32);
+    // 256 KiB over 32 KiB blocks, within the channel count (4).
+    assert_eq!(grid, 4);
+    assert_eq!(
+        (args.input, args.output, args.count),
+        (IN.addr, OUT.addr, 1 << 16)
+    );
+    assert_eq!((args.rank, args.nranks), (1, 4));
+    assert_eq!(args.meta, (7 << 32) | (1 << 18));
+    assert_eq!(args.ctl, t.direct_bases[1]);
+    let l = t.layout;
+    for p in 0..4 {
+        // We write our slot in every peer's area and read every peer's
+        // slot in ours.
+        assert_eq!(args.put_data[p], t.direct_bases[p] + l.direct_inbox(1));
+        assert_eq!(
+            args.get_data[p],
+            t.direct_bases[1] + l.direct_inbox(p as u64)
+        );
+        assert_eq!(args.put_flag[p], t.direct_bases[p] + l.direct_flags(1));
+    }
+    assert_eq!(args.flags & FLAG_LL, 0);
+}
+
+#[test]
+fn oneshot_rejects_short_buffers_and_oversized_ll() {
+    let t = target(0, 2, true);
+    let p = plan(CollKind::AllReduce, Algorithm::OneShot, 1024, Vec::new());
+    let short = Mem {
+        addr: IN.addr,
+        elems: 10,
+    };
+    assert!(matches!(
+        t.oneshot(&p, short, OUT, 1),
+        Err(Error::Backend(m)) if m.contains("direct all_reduce of 1024")
+    ));
+    let mut ll = plan(
+        CollKind::AllReduce,
+        Algorithm::OneShot,
+        DIRECT_LL_MAX_BYTES / 4 + 16,
+        Vec::new(),
+    );
+    ll.protocol = Protocol::LL;
+    assert!(matches!(t.oneshot(&ll, IN, OUT, 1), Err(Error::Backend(m)) if m.contains("LL")));
+}
+
+#[test]
+fn planned_ring_lowers_within_buffers_and_peers() {
+    let n = 4;
+    for rank in 0..n {
+        let t = target(rank, n, false);
+        let p = planned(CollKind::AllReduce, Algorithm::Ring, 10_000, rank, n);
+        let mut out = Lowered::default();
+        t.lower_steps(&p, [IN, OUT, Mem::default()], 3, false, &mut out)
+            .unwrap();
+        assert_eq!(out.items.len(), 1);
+        let Item::Steps {
+            first_chan,
+            nchans,
+            args,
+            dtype,
+        } = &out.items[0]
+        else {
+            panic!("not a step item");
+        };
+        assert_eq!((*first_chan, *nchans), (0, out.chans.len()));
+        assert_eq!(*dtype, Datatype::F32);
+        assert_eq!((args.send, args.recv), (t.send_conns, t.recv_conns));
+        assert_eq!(
+            (args.rank, args.nranks, args.seq),
+            (rank as u32, n as u32, 3)
+        );
+        assert_eq!(args.slot_bytes as u64, t.layout.slot_bytes);
+        // Every step is listed by exactly one channel descriptor.
+        let mut listed: usize = out.chans.iter().map(|c| c.nsteps as usize).sum();
+        assert_eq!(listed, out.steps.len());
+        listed = 0;
+        for c in &out.chans {
+            assert!((c.channel as u64) < t.layout.channels);
+            listed = listed.max((c.first + c.nsteps) as usize);
+        }
+        assert_eq!(listed, out.steps.len());
+        let inside =
+            |a: u64, count: u64, m: Mem| a >= m.addr && a + count * 4 <= m.addr + m.elems * 4;
+        for s in &out.steps {
+            assert!(s.count > 0);
+            if s.src != 0 {
+                assert!(inside(s.src, s.count, IN) || inside(s.src, s.count, OUT));
+            }
+            if s.dst != 0 {
+                assert!(inside(s.dst, s.count, OUT));
+            }
+            for &p in s.recv.iter().take(s.nrecv as usize) {
+                assert!((p as usize) < n && p as usize != rank);
+            }
+            for &p in s.send.iter().take(s.nsend as usize) {
+                assert!((p as usize) < n && p as usize != rank);
+            }
+        }
+    }
+}
+
+#[test]
+fn leading_local_steps_get_a_block_outside_groups() {
+    let t = target(0, 2, false);
+    let channels = vec![ChannelWork {
+        channel: 1,
+        steps: vec![local_copy(0, 0, 100), send_to(1, 100, 50)],
+    }];
+    let p = plan(CollKind::AllToAll, Algorithm::Direct, 150, channels);
+    let mut out = Lowered::default();
+    t.lower_steps(&p, [IN, OUT, Mem::default()], 9, false, &mut out)
+        .unwrap();
+    assert_eq!(out.steps.len(), 2);
+    // The channel's remaining step first, then the split-off local block.
+    let c: Vec<(u32, u32, u32)> = out
+        .chans
+        .iter()
+        .map(|c| (c.channel, c.first, c.nsteps))
+        .collect();
+    assert_eq!(c, vec![(1, 1, 1), (1, 0, 1)]);
+    assert_eq!(out.steps[0].src, IN.addr);
+    assert_eq!(out.steps[0].dst, OUT.addr);
+    assert_eq!(out.steps[1].src, IN.addr + 400);
+    assert_eq!((out.steps[1].nsend, out.steps[1].send[0]), (1, 1));
+    // In a group the channel stays whole.
+    let mut grouped = Lowered::default();
+    t.lower_steps(&p, [IN, OUT, Mem::default()], 9, true, &mut grouped)
+        .unwrap();
+    assert_eq!(grouped.chans.len(), 1);
+    assert_eq!(grouped.chans[0].nsteps, 2);
+}
+
+#[test]
+fn local_steps_that_overlap_later_ones_stay_in_their_channel() {
+    let local = GcStep {
+        src: 0x1000,
+        dst: 0x2000,
+        count: 16,
+        kind: STEP_FLOW,
+        ..GcStep::default()
+    };
+    let reads_it = GcStep {
+        src: 0x2000 + 8,
+        count: 4,
+        kind: STEP_FLOW,
+        nsend: 1,
+        ..GcStep::default()
+    };
+    let elsewhere = GcStep {
+        src: 0x9000,
+        ..reads_it
+    };
+    assert_eq!(local_prefix(&[local, reads_it], 4), 0);
+    assert_eq!(local_prefix(&[local, elsewhere], 4), 1);
+    assert_eq!(local_prefix(&[local, local], 4), 0, "all local");
+}
+
+#[test]
+fn bad_plans_are_errors_not_panics() {
+    let t = target(0, 2, false);
+    let lower = |channels: Vec<ChannelWork>| {
+        let p = plan(CollKind::AllReduce, Algorithm::Ring, 100, channels);
+        t.lower_steps(
+            &p,
+            [IN, OUT, Mem::default()],
+            5,
+            false,
+            &mut Lowered::default(),
+        )
+    };
+    let too_far = vec![ChannelWork {
+        channel: 4,
+        steps: vec![send_to(1, 0, 10)],
+    }];
+    assert!(matches!(lower(too_far), Err(Error::Backend(m)) if m.contains("only 4 channels")));
+    let to_self = vec![ChannelWork {
+        channel: 0,
+        steps: vec![send_to(0, 0, 10)],
+    }];
+    assert!(matches!(lower(to_self), Err(Error::Backend(m)) if m.contains("peer 0")));
+    let past_end = vec![ChannelWork {
+        channel: 0,
+        steps: vec![send_to(1, IN.elems - 5, 10)],
+    }];
+    assert!(matches!(lower(past_end), Err(Error::Backend(m)) if m.contains("Input")));
+    let scratchless = vec![ChannelWork {
+        channel: 0,
+        steps: vec![Step::Exchange {
+            to: 1,
+            src: Region {
+                buf: BufId::Scratch,
+                offset: 0,
+            },
+            from: 1,
+            dst: Region {
+                buf: BufId::Output,
+                offset: 0,
+            },
+            count: 4,
+        }],
+    }];
+    assert!(matches!(lower(scratchless), Err(Error::Backend(m)) if m.contains("Scratch")));
+    // Channels without work produce no launch.
+    let idle = vec![ChannelWork {
+        channel: 0,
+        steps: vec![send_to(1, 0, 0)],
+    }];
+    let p = plan(CollKind::AllReduce, Algorithm::Ring, 100, idle);
+    let mut out = Lowered::default();
+    t.lower_steps(&p, [IN, OUT, Mem::default()], 5, false, &mut out)
+        .unwrap();
+    assert!(out.items.is_empty() && out.steps.is_empty());
+}
+
+#[test]
+fn group_tables_split_by_datatype_and_keep_call_order() {
+    let t = target(0, 2, false);
+    let mut out = Lowered::default();
+    let call = |channel: usize, count: u64| {
+        plan(
+            CollKind::AllReduce,
+            Algorithm::Ring,
+            count,
+            vec![ChannelWork {
+                channel,
+                steps: vec![send_to(1, 0, count)],
+            }],
+        )
+    };
+    let mut as_i32 = call(0, 8);
+    as_i32.task.dtype = Datatype::I32;
+    for (k, p) in [call(0, 10), as_i32, call(1, 20), call(0, 30)]
+        .iter()
+        .enumerate()
+    {
+        t.lower_steps(p, [IN, OUT, Mem::default()], k as u64, true, &mut out)
+            .unwrap();
+    }
+    assert_eq!(out.step_items(), 4);
+    let parts = group_parts(&out.chans, &out.items).unwrap();
+    assert_eq!(parts.len(), 2);
+    let f32s = &parts[0];
+    assert_eq!(f32s.dtype, Datatype::F32);
+    assert_eq!(f32s.items.len(), 3);
+    assert_eq!(
+        f32s.items.iter().map(|a| a.seq).collect::<Vec<_>>(),
+        vec![0, 2, 3]
+    );
+    // Channel 0 walks calls 0 and 2 (seq 0, 3) in order; channel 1 call 1.
+    let blocks: Vec<(u32, u32, u32)> = f32s
+        .blocks
+        .iter()
+        .map(|b| (b.channel, b.first, b.nsteps))
+        .collect();
+    assert_eq!(blocks, vec![(0, 0, 2), (1, 2, 1)]);
+    let entries: Vec<(u32, u32)> = f32s.entries.iter().map(|e| (e.item, e.first)).collect();
+    assert_eq!(entries, vec![(0, 0), (2, 3), (1, 2)]);
+    assert_eq!(parts[1].dtype, Datatype::I32);
+    assert_eq!(parts[1].entries.len(), 1);
+    // A one-shot item cannot join a group launch.
+    let d = target(0, 2, true);
+    let small = plan(CollKind::AllReduce, Algorithm::OneShot, 16, Vec::new());
+    out.items.push(d.oneshot(&small, IN, OUT, 9).unwrap());
+    assert!(group_parts(&out.chans, &out.items).is_err());
+}

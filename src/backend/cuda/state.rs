@@ -1,0 +1,134 @@
+//! [`Inner`]: what one communicator's backend owns on the device and in
+//! shared memory, shared by the backend and its work in flight, and its
+//! teardown.
+
+use super::cache::StepStore;
+use super::failure::Failure;
+use super::handles::{EventPool, IpcMapping, Stream};
+use super::lower::Target;
+use super::memory::{bind, DevMem, DeviceCtx};
+use super::module::Kernels;
+use super::net::NetProxy;
+use super::order::Order;
+use super::pending::Resources;
+use crate::error::Error;
+use crate::mpi::MpiComm;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Fields release in declaration order after [`Inner::drop`]'s body: peer
+/// IPC mappings, our stream, the module, the NET proxy, the control
+/// segments, our P2P block, the connector tables.
+pub(super) struct Inner {
+    pub rank: usize,
+    pub nranks: usize,
+    pub ctx: DeviceCtx,
+    /// Layout and the device addresses the lowered tables point at.
+    pub target: Target,
+    pub timeout: Duration,
+    /// Peers' P2P blocks opened through IPC.
+    pub _peer_blocks: Vec<IpcMapping>,
+    pub stream: Stream,
+    pub kernels: Kernels,
+    /// Connectors to ranks on other nodes and their proxy thread (multi-node
+    /// communicators only). Stopped in `Drop` after the teardown barrier
+    /// (declared before `failure`, whose segments the thread holds clones of).
+    pub net: Option<NetProxy>,
+    /// First-error-wins failure state over the local control segments.
+    pub failure: Failure,
+    /// Our P2P block (heads + receive FIFOs).
+    pub fifo: Option<DevMem>,
+    /// For the teardown barrier: peers write into our P2P block (head
+    /// credits, FIFO slots, direct inboxes), so it is freed only once every
+    /// rank's kernels are known to be done.
+    pub mpi: Arc<MpiComm>,
+    pub _send_conns: DevMem,
+    pub _recv_conns: DevMem,
+    /// Work buffers and uploaded step tables.
+    pub store: StepStore,
+    /// Completion events of finished submissions, for reuse.
+    pub events: EventPool,
+    /// Orders consecutive submissions that go to different streams.
+    pub order: Mutex<Order>,
+    /// What the kernels of captured CUDA graphs read (step tables with their
+    /// pinned staging, scratch memory): kept unchanged for the backend's
+    /// life, since the graph may be replayed at any time.
+    pub graph_keep: Mutex<Vec<Resources>>,
+}
+
+// SAFETY: the raw CUDA handles (functions in `kernels`, the context) are
+// usable from any thread once the context is bound (every entry point
+// binds it); the mutable state is behind atomics and mutexes.
+unsafe impl Send for Inner {}
+// SAFETY: as above.
+unsafe impl Sync for Inner {}
+
+impl Inner {
+    /// The NET proxy's failure, if it failed.
+    pub(super) fn net_error(&self) -> Option<Error> {
+        self.net.as_ref().and_then(|n| n.error())
+    }
+
+    /// Why no new work may start, if so.
+    pub(super) fn state_error(&self) -> Option<Error> {
+        self.failure.state_error(self.net_error())
+    }
+
+    /// Mark failed (first reason wins) and raise every local abort word.
+    pub(super) fn mark_failed(&self, reason: String) -> bool {
+        self.failure.mark_failed(reason)
+    }
+}
+
+/// How long a dropped communicator waits for its peers to drop theirs
+/// before it leaks its P2P block instead of freeing it under them.
+const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if bind(self.ctx.ordinal).is_err() {
+            // No usable context: skip the barrier; the fields release what
+            // they own (the driver calls take explicit handles).
+            return;
+        }
+        let _ = super::driver::stream_synchronize(self.stream.raw());
+        // A peer's last kernel may still write a head credit or a slot
+        // into our block after our own kernels finished. Free it only
+        // after every rank has synchronized its stream (a barrier, which
+        // makes dropping the communicator collective, like
+        // MPI_Comm_free); a failed communicator or a peer that never
+        // comes leaks it instead. The NET proxy must keep running until
+        // then too: our kernels may have finished with pieces still in
+        // our staging FIFOs that a peer's kernel waits for.
+        if self.fifo.is_some() || self.net.is_some() {
+            let healthy = self.state_error().is_none()
+                && self
+                    .mpi
+                    .allgather_bytes_timeout(&[1], TEARDOWN_TIMEOUT)
+                    .is_ok();
+            if !healthy && self.fifo.is_some() {
+                tracing::warn!(
+                    rank = self.rank,
+                    "CUDA backend teardown: peers not confirmed idle; leaking the P2P block"
+                );
+                std::mem::forget(self.fifo.take());
+            }
+        }
+        // Stop the proxy and cancel its posted receives (it leaks the
+        // NET block if MPI might still write into it).
+        if let Some(n) = self.net.as_mut() {
+            let _ = n.stop();
+        }
+        self.store.clear();
+        self.events.clear();
+        self.graph_keep
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.order
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .release();
+        // The peer mappings, our stream and the module go next (fields).
+    }
+}

@@ -1,0 +1,200 @@
+//! Submission of one launch: lower every call's plan, upload the tables,
+//! launch the kernels on our stream or the caller's, and hand back the
+//! [`CudaPending`] that completes it.
+
+use super::driver::{self, CUstream, Capture};
+use super::launch;
+use super::lower::{runs_as_oneshot, Item, Lowered, Mem};
+use super::memory::{bind, DevMem};
+use super::pending::{CudaPending, Resources};
+use super::state::Inner;
+use crate::backend::Launch;
+use crate::buffer::MemoryKind;
+use crate::error::{Error, Result};
+use std::sync::Arc;
+
+impl Inner {
+    /// Queue `launch`. A `blocking` submission records no event: its caller
+    /// waits for the whole stream at once (holding the engine's sequence
+    /// lock, so nothing is queued after it meanwhile).
+    ///
+    /// With `launch.stream` the work goes to the caller's stream: host
+    /// buffers are refused (staging needs host waits), and while that stream
+    /// is being captured into a CUDA graph nothing waits on the host or
+    /// queries an event, the step-table cache is bypassed, and everything
+    /// the captured kernels read is kept for the backend's life
+    /// (`graph_keep`); the returned work is then already `done`.
+    ///
+    /// # Safety
+    /// The buffers of `launch` stay valid until the work completed
+    /// (`Backend::submit`).
+    pub(super) unsafe fn submit(
+        self: &Arc<Self>,
+        launch: Launch,
+        blocking: bool,
+    ) -> Result<CudaPending> {
+        if let Some(e) = self.state_error() {
+            return Err(e);
+        }
+        bind(self.ctx.ordinal)?;
+        let user = launch.stream.is_some();
+        let stream: CUstream = match launch.stream {
+            Some(s) => s as usize as CUstream,
+            None => self.stream.raw(),
+        };
+        let captured = user && self.stream_mode(stream)? == Capture::Active;
+        // Allocations while a stream is captured must not invalidate it.
+        let _relaxed = if captured {
+            Some(driver::RelaxedCapture::enter()?)
+        } else {
+            None
+        };
+        if user {
+            for bp in &launch.items {
+                for b in [&bp.input, &bp.output] {
+                    if b.len > 0 && b.addr != 0 && b.memory == MemoryKind::Host {
+                        return Err(Error::WrongMemory(
+                            "work queued on a CUDA stream needs device memory of this \
+                             communicator's GPU (host buffers are staged with host waits)"
+                                .into(),
+                        ));
+                    }
+                }
+            }
+        }
+        let mut res = Resources::default();
+        let mut lowered = self.lower(&launch, &mut res)?;
+        let event = if blocking || captured {
+            None
+        } else {
+            Some(self.events.take()?)
+        };
+        let mut pending = CudaPending::new(self.clone(), event, launch.first_seq);
+        if user && !captured {
+            // The timeout clock starts when the caller's stream reaches our
+            // work, not when it was queued behind the caller's own kernels.
+            pending.started = Some(self.events.take()?);
+        }
+        if !captured && self.order_before(stream)? && pending.started.is_none() {
+            // Our own stream now waits for work on a caller's stream, which
+            // may still be queued behind the caller's kernels: start the
+            // timeout clock only when that wait is over.
+            pending.started = Some(self.events.take()?);
+        }
+        if let Some(s) = &pending.started {
+            driver::event_record(s.raw(), stream)?;
+        }
+        let group = launch.items.len() > 1;
+        let group_launch = if group && lowered.step_items() > 1 {
+            Some(self.upload_group(
+                &lowered.steps,
+                &lowered.chans,
+                &lowered.items,
+                &mut res,
+                stream,
+            )?)
+        } else {
+            None
+        };
+        if group_launch.is_none() && !lowered.steps.is_empty() {
+            self.upload_steps(&mut lowered, &mut res, stream, captured)?;
+        }
+        pending.res = Some(res);
+        if let Some(parts) = group_launch {
+            for (dtype, args, grid) in parts {
+                // SAFETY: the tables `args` points to belong to this
+                // submission's work buffer (held by `pending` until
+                // completion, or kept for a captured graph); the buffers of
+                // every call stay valid until the work completed.
+                unsafe { launch::steps(&self.kernels, dtype, grid, args, stream)? };
+            }
+            lowered.items.clear();
+        }
+        for item in lowered.items {
+            match item {
+                Item::Steps {
+                    nchans,
+                    args,
+                    dtype,
+                    ..
+                } => {
+                    // SAFETY: every address in `args` stays valid until the
+                    // event recorded below completed (owned by `pending` or
+                    // by the backend).
+                    unsafe { launch::steps(&self.kernels, dtype, nchans as u32, args, stream)? };
+                }
+                Item::Direct {
+                    mut args,
+                    dtype,
+                    grid,
+                } => {
+                    // SAFETY: the buffers stay valid until the event below
+                    // completed, the direct areas for the backend's life.
+                    unsafe { launch::direct(&self.kernels, dtype, grid, &mut args, stream)? };
+                }
+            }
+        }
+        if let Some(e) = &pending.event {
+            driver::event_record(e.raw(), stream)?;
+        }
+        if user && !captured {
+            self.order_after(stream)?;
+        }
+        if captured {
+            if let Some(r) = pending.res.take() {
+                self.graph_keep
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(r);
+            }
+            tracing::debug!(
+                rank = self.rank,
+                seq = launch.first_seq,
+                "collective captured into a CUDA graph"
+            );
+            pending.done = Some(Ok(()));
+        }
+        Ok(pending)
+    }
+
+    /// Resolve every call's buffers (staging host memory into `res`) and
+    /// lower its plan: the one-shot kernel where [`runs_as_oneshot`] says
+    /// so, else its steps (with device scratch memory if it needs some).
+    fn lower(&self, launch: &Launch, res: &mut Resources) -> Result<Lowered> {
+        let mut lowered = Lowered::default();
+        // A group runs as one launch of the step interpreter: no one-shot
+        // kernels, no split-off local blocks.
+        let group = launch.items.len() > 1;
+        let target = &self.target;
+        for (k, bp) in launch.items.iter().enumerate() {
+            let seq = launch.first_seq + k as u64;
+            let plan = &bp.plan;
+            let esize = plan.task.dtype.size() as u64;
+            let (input, output) = self.resolve(&bp.input, &bp.output, seq, res)?;
+            if runs_as_oneshot(plan, group, target.direct_path(), seq)? {
+                lowered
+                    .items
+                    .push(target.oneshot(plan, input, output, seq)?);
+                continue;
+            }
+            let scratch = if plan.scratch_elems > 0 {
+                let b = plan
+                    .scratch_elems
+                    .checked_mul(esize)
+                    .and_then(|b| usize::try_from(b).ok())
+                    .ok_or(Error::CountTooLarge(plan.scratch_elems))?;
+                let m = DevMem::alloc(b)?;
+                let s = Mem {
+                    addr: m.ptr,
+                    elems: plan.scratch_elems,
+                };
+                res.mems.push(m);
+                s
+            } else {
+                Mem::default()
+            };
+            target.lower_steps(plan, [input, output, scratch], seq, group, &mut lowered)?;
+        }
+        Ok(lowered)
+    }
+}

@@ -1,0 +1,160 @@
+//! The watchdog of work queued on callers' streams (`Backend::enqueue`):
+//! a thread (started with the first such launch) polls each one, as `wait`
+//! would, until it completed: it releases its resources then, and turns "no
+//! progress for `GPUCOLL_TIMEOUT` once the stream reached the work" into a
+//! timeout that raises the abort word (so the kernels leave) and fails the
+//! communicator. The first error is kept for `async_error`.
+
+use super::driver;
+use super::memory::bind;
+use super::pending::CudaPending;
+use crate::error::{Error, Result};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Sleep between rounds of polls while stream work is in flight.
+const WATCH_POLL: Duration = Duration::from_micros(500);
+
+#[derive(Default)]
+struct Watch {
+    queue: Mutex<Vec<CudaPending>>,
+    wake: Condvar,
+    stop: AtomicBool,
+    failed: AtomicBool,
+    error: Mutex<Option<Error>>,
+}
+
+/// The watchdog thread and its queue. Dropping it stops the thread once the
+/// queue drained (or leaks what never completes) and joins it.
+#[derive(Default)]
+pub(super) struct Watchdog {
+    watch: Arc<Watch>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Watch {
+    fn record(&self, e: Error) {
+        let mut g = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            tracing::error!("collective queued on a CUDA stream failed: {e}");
+            *g = Some(e);
+        }
+        self.failed.store(true, Ordering::Release);
+    }
+
+    fn run(&self, ordinal: i32, give_up_after: Duration) {
+        // This thread frees memory and queries events while the program may
+        // be capturing a stream in global mode on another thread: in relaxed
+        // mode those calls neither fail nor invalidate that capture.
+        let _relaxed = driver::RelaxedCapture::enter().ok();
+        let mut bound = false;
+        let mut stopping: Option<Instant> = None;
+        loop {
+            let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            while q.is_empty() && !self.stop.load(Ordering::Acquire) {
+                q = self.wake.wait(q).unwrap_or_else(|p| p.into_inner());
+            }
+            if q.is_empty() {
+                return;
+            }
+            if !bound {
+                bound = bind(ordinal).is_ok();
+            }
+            let mut first = None;
+            q.retain_mut(|p| match p.poll(bound) {
+                None => true,
+                Some(Ok(())) => false,
+                Some(Err(e)) => {
+                    first.get_or_insert(e);
+                    false
+                }
+            });
+            if let Some(e) = first {
+                self.record(e);
+            }
+            if self.stop.load(Ordering::Acquire) && !q.is_empty() {
+                let t = *stopping.get_or_insert_with(Instant::now);
+                if t.elapsed() > give_up_after {
+                    // The caller's stream never reached (or never finished)
+                    // this work: leak it rather than free memory under it.
+                    tracing::warn!(
+                        pending = q.len(),
+                        "CUDA backend dropped with stream work that never completed; leaking it"
+                    );
+                    for p in q.drain(..) {
+                        std::mem::forget(p);
+                    }
+                    return;
+                }
+            }
+            let busy = !q.is_empty();
+            drop(q);
+            if busy {
+                std::thread::sleep(WATCH_POLL);
+            }
+        }
+    }
+}
+
+impl Watchdog {
+    /// Start the thread, once. `give_up_after`: how long, once the backend
+    /// is dropped, it waits for work that never completes.
+    pub(super) fn start(&self, rank: usize, ordinal: i32, give_up_after: Duration) -> Result<()> {
+        let mut g = self.thread.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_some() {
+            return Ok(());
+        }
+        let w = self.watch.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("gpucoll-cuda-watch-{rank}"))
+            .spawn(move || w.run(ordinal, give_up_after))
+            .map_err(|e| Error::System {
+                call: "thread spawn (CUDA stream watchdog)",
+                message: e.to_string(),
+            })?;
+        *g = Some(h);
+        Ok(())
+    }
+
+    /// Watch `p` until it completed.
+    pub(super) fn push(&self, p: CudaPending) {
+        self.watch
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(p);
+        self.watch.wake.notify_one();
+    }
+
+    /// The first failure of watched work, if any.
+    pub(super) fn error(&self) -> Option<Error> {
+        if !self.watch.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        self.watch
+            .error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        {
+            let _q = self.watch.queue.lock().unwrap_or_else(|p| p.into_inner());
+            self.watch.stop.store(true, Ordering::Release);
+        }
+        self.watch.wake.notify_all();
+        if let Some(h) = self
+            .thread
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let _ = h.join();
+        }
+    }
+}
