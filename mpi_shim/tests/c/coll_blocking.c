@@ -444,7 +444,7 @@ int main(int argc, char **argv)
     st_init(&argc, &argv, "coll_blocking");
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     struct cx world = {MPI_COMM_WORLD, "world", st.rank, st.size};
-    matrix(&world, 1);
+    matrix(&world, !st.quick);
     large(&world);
 
     /* A split (reversed order, so comm ranks differ from world ranks) and a

@@ -20,10 +20,11 @@ static const int MAX_FAIL_LINES = 25;
 
 static void usage(const char *program)
 {
-    printf("usage: %s [--device] [--large N] [--verbose]\n"
+    printf("usage: %s [--device] [--large N] [--quick] [--verbose]\n"
            "  --device   buffers in GPU memory (cudaMalloc through a dlopen'ed libcudart;\n"
            "             also SHIMTEST_DEVICE=1); each rank uses GPU local_rank %% ngpus\n"
-           "  --large N  element count of the large size (default 1048576; 0 skips it)\n",
+           "  --large N  element count of the large size (default 1048576; 0 skips it)\n"
+           "  --quick    a few datatypes instead of all of them\n",
            program);
 }
 
@@ -113,6 +114,8 @@ void st_init(int *argc, char ***argv, const char *program)
         const char *a = (*argv)[k];
         if (!strcmp(a, "--device")) {
             st.device = 1;
+        } else if (!strcmp(a, "--quick")) {
+            st.quick = 1;
         } else if (!strcmp(a, "--verbose")) {
             st.verbose = 1;
         } else if (!strcmp(a, "--large") && k + 1 < *argc) {

@@ -24,13 +24,14 @@ struct st_ctx {
     int rank, size;   /* in MPI_COMM_WORLD */
     int device;       /* buffers are device memory */
     int verbose;
+    int quick;        /* --quick: fewer types (the harness's secondary modes) */
     size_t large;     /* element count of the "large" size (0: skip it) */
     long passed, failed;
 };
 extern struct st_ctx st;
 
 /* Parse the common options, select the GPU (device mode) and MPI_Init.
- * Options: --device, --large N, --verbose, --help. */
+ * Options: --device, --large N, --quick, --verbose, --help. */
 void st_init(int *argc, char ***argv, const char *program);
 /* Sum the counts over all ranks, print "N passed, M failed" on rank 0,
  * MPI_Finalize, and return the process exit status. */
