@@ -47,10 +47,7 @@ fn program(name: &str) -> (String, String) {
         build(&mut cc, &format!("mpicc {name}.c -lgpucoll_mpi"));
         done.push(name.to_string());
     }
-    (
-        plain.display().to_string(),
-        linked.display().to_string(),
-    )
+    (plain.display().to_string(), linked.display().to_string())
 }
 
 /// The calls each program makes that the routing modes must log as sent to
@@ -88,7 +85,11 @@ fn run_matrix(name: &str, runs: &[(Mode, &[usize], &[&str])], limit_s: u64) {
     let mut v = Verdict::default();
     for (mode, nps, args) in runs {
         for &np in nps.iter() {
-            let exe = if *mode == Mode::Linked { &linked } else { &plain };
+            let exe = if *mode == Mode::Linked {
+                &linked
+            } else {
+                &plain
+            };
             let mut cmd = vec![exe.clone()];
             cmd.extend(args.iter().map(|a| a.to_string()));
             let run = mpirun(*mode, np, &cmd, Duration::from_secs(limit_s));

@@ -63,7 +63,11 @@ fn programs() -> Vec<(String, String, String)> {
                     .arg(format!("-Wl,-rpath,{}", libdir.display())),
                 &format!("mpif90 {name}.f90 -lgpucoll_mpi"),
             );
-            (name, plain.display().to_string(), linked.display().to_string())
+            (
+                name,
+                plain.display().to_string(),
+                linked.display().to_string(),
+            )
         })
         .collect()
 }
@@ -82,8 +86,17 @@ fn fortran_programs() {
     for (_name, plain, linked) in programs() {
         for (mode, nps) in runs {
             for &np in nps.iter() {
-                let exe = if *mode == Mode::Linked { &linked } else { &plain };
-                let run = mpirun(*mode, np, &[exe.clone()], Duration::from_secs(180));
+                let exe = if *mode == Mode::Linked {
+                    &linked
+                } else {
+                    &plain
+                };
+                let run = mpirun(
+                    *mode,
+                    np,
+                    std::slice::from_ref(exe),
+                    Duration::from_secs(180),
+                );
                 // Fortran's calls are logged under their own names; any
                 // collective routed to gpucoll shows the entry points work.
                 check_program_run(&mut v, &run, *mode, np, &[]);

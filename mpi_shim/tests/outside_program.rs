@@ -44,19 +44,46 @@ fn same_output_in_every_mode() {
     let (plain, linked) = build_program();
     let mut v = Verdict::default();
     for np in [1usize, 2, 3, 4] {
-        let reference = mpirun(Mode::Plain, np, &[plain.clone()], Duration::from_secs(120));
-        if !reference.ok || !reference.stdout.contains("inverse gives the input back: yes") {
-            v.fail(format!("the program fails without the shim:\n{}", reference.report()));
+        let reference = mpirun(
+            Mode::Plain,
+            np,
+            std::slice::from_ref(&plain),
+            Duration::from_secs(120),
+        );
+        if !reference.ok
+            || !reference
+                .stdout
+                .contains("inverse gives the input back: yes")
+        {
+            v.fail(format!(
+                "the program fails without the shim:\n{}",
+                reference.report()
+            ));
             continue;
         }
         let modes: &[Mode] = if np == 1 || np == 3 {
             &[Mode::Host, Mode::Linked]
         } else {
-            &[Mode::Preload, Mode::ShimOn, Mode::Passthrough, Mode::Host, Mode::Linked]
+            &[
+                Mode::Preload,
+                Mode::ShimOn,
+                Mode::Passthrough,
+                Mode::Host,
+                Mode::Linked,
+            ]
         };
         for &mode in modes {
-            let exe = if mode == Mode::Linked { &linked } else { &plain };
-            let run = mpirun(mode, np, &[exe.clone()], Duration::from_secs(120));
+            let exe = if mode == Mode::Linked {
+                &linked
+            } else {
+                &plain
+            };
+            let run = mpirun(
+                mode,
+                np,
+                std::slice::from_ref(exe),
+                Duration::from_secs(120),
+            );
             if !run.ok || run.stdout != reference.stdout {
                 v.fail(format!(
                     "{}: output differs from the run without the shim\n[without]\n{}\n{}",
@@ -69,7 +96,10 @@ fn same_output_in_every_mode() {
                 let routed = run.routed_to_gpucoll();
                 for call in ["MPI_Alltoall", "MPI_Allreduce", "MPI_Bcast"] {
                     v.check(routed.iter().any(|r| r == call), || {
-                        format!("{}: {call} never went to gpucoll (routed: {routed:?})", run.label)
+                        format!(
+                            "{}: {call} never went to gpucoll (routed: {routed:?})",
+                            run.label
+                        )
                     });
                 }
             }

@@ -59,7 +59,9 @@ impl Mode {
             Mode::Plain | Mode::Preload => vec![],
             Mode::ShimOn => vec![("GPUCOLL_SHIM", "1")],
             Mode::Passthrough => vec![("GPUCOLL_SHIM", "0"), ("GPUCOLL_SHIM_LOG", "1")],
-            Mode::Host | Mode::Linked => vec![("GPUCOLL_SHIM_HOST", "1"), ("GPUCOLL_SHIM_LOG", "1")],
+            Mode::Host | Mode::Linked => {
+                vec![("GPUCOLL_SHIM_HOST", "1"), ("GPUCOLL_SHIM_LOG", "1")]
+            }
         }
     }
 }
@@ -125,7 +127,10 @@ pub fn shim_library() -> PathBuf {
         let st = cmd.status().expect("run cargo build -p gpucoll-mpi-shim");
         assert!(st.success(), "cargo build -p gpucoll-mpi-shim failed");
         newest(&candidates).unwrap_or_else(|| {
-            panic!("no libgpucoll_mpi.so in {} after building it", dir.display())
+            panic!(
+                "no libgpucoll_mpi.so in {} after building it",
+                dir.display()
+            )
         })
     })
     .clone()
@@ -408,6 +413,11 @@ pub fn check_program_run(v: &mut Verdict, run: &Run, mode: Mode, np: usize, requ
         ));
     }
     if !bad.is_empty() {
-        v.fail(format!("{}: {}\n{}", run.label, bad.join("; "), run.report()));
+        v.fail(format!(
+            "{}: {}\n{}",
+            run.label,
+            bad.join("; "),
+            run.report()
+        ));
     }
 }
