@@ -300,11 +300,16 @@ mod imp {
     /// Release everything the shim created (at `MPI_Finalize`, after every
     /// collective on the shim streams completed).
     pub fn teardown() {
-        pool().lock().unwrap_or_else(|p| p.into_inner()).clear();
         let ctxs = primary_contexts()
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        if let Some(&device) = ctxs.keys().next() {
+            // Freeing pinned memory needs a context current.
+            if let Ok(_g) = CtxGuard::bind(device) {
+                pool().lock().unwrap_or_else(|p| p.into_inner()).clear();
+            }
+        }
         let streams: Vec<(i32, usize)> = streams()
             .lock()
             .unwrap_or_else(|p| p.into_inner())
