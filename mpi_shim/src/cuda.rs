@@ -35,35 +35,38 @@ mod imp {
     }
 
     /// The GPU whose device memory `p` points into, or `None` for host
-    /// memory (pageable or pinned), null, or no CUDA.
+    /// memory (pageable or pinned), null, or no CUDA. One driver call: for an
+    /// address the driver does not know, `cuPointerGetAttributes` succeeds
+    /// and leaves the memory type 0.
     #[inline]
     pub fn device_of(p: *const c_void) -> Option<i32> {
         if p.is_null() || !driver_present() {
             return None;
         }
         let mut mt: u32 = 0;
-        // SAFETY: MEMORY_TYPE writes one unsigned int; any address may be queried.
-        let r = unsafe {
-            sys::cuPointerGetAttribute(
-                &mut mt as *mut u32 as *mut c_void,
-                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                p as usize as sys::CUdeviceptr,
-            )
-        };
-        if r != sys::CUresult::CUDA_SUCCESS || mt != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32
-        {
-            return None;
-        }
         let mut ord: i32 = -1;
-        // SAFETY: DEVICE_ORDINAL writes one int.
+        let mut attrs = [
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        ];
+        let mut data = [
+            &mut mt as *mut u32 as *mut c_void,
+            &mut ord as *mut i32 as *mut c_void,
+        ];
+        // SAFETY: two attributes, each written to a variable of its type
+        // (unsigned int, int); any address may be queried.
         let r = unsafe {
-            sys::cuPointerGetAttribute(
-                &mut ord as *mut i32 as *mut c_void,
-                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            sys::cuPointerGetAttributes(
+                2,
+                attrs.as_mut_ptr(),
+                data.as_mut_ptr(),
                 p as usize as sys::CUdeviceptr,
             )
         };
-        (r == sys::CUresult::CUDA_SUCCESS && ord >= 0).then_some(ord)
+        (r == sys::CUresult::CUDA_SUCCESS
+            && mt == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32
+            && ord >= 0)
+            .then_some(ord)
     }
 
     /// Primary contexts retained by the shim, by device ordinal.
