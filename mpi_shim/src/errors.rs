@@ -19,6 +19,7 @@ pub fn code_of(e: &Error) -> c_int {
         Error::InvalidOp { .. } => mpi_sys::MPI_ERR_OP,
         Error::Aliasing | Error::InPlace(_) | Error::WrongMemory(_) => mpi_sys::MPI_ERR_BUFFER,
         Error::CommunicatorFreed => mpi_sys::MPI_ERR_COMM,
+        Error::InvalidUsage(m) if m.contains("null pointer") => mpi_sys::MPI_ERR_BUFFER,
         Error::InvalidUsage(_) | Error::Config { .. } => mpi_sys::MPI_ERR_ARG,
         Error::MismatchedCall { .. } | Error::ProtocolMismatch { .. } => mpi_sys::MPI_ERR_NOT_SAME,
         _ => mpi_sys::MPI_ERR_OTHER,
@@ -28,8 +29,11 @@ pub fn code_of(e: &Error) -> c_int {
 
 /// Log `message` for `call` on stderr.
 pub fn log_failure(call: &str, message: &str) {
+    use std::io::Write;
     tracing::error!(call, "{message}");
-    eprintln!("gpucoll_mpi: {call} failed: {message}");
+    // One write, so lines of concurrent ranks do not interleave.
+    let line = format!("gpucoll_mpi: {call} failed: {message}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
 /// Report `code` on `comm` as MPI does (its error handler decides whether
@@ -68,6 +72,12 @@ mod tests {
         assert_eq!(
             code_of(&Error::InvalidUsage("x".into())),
             mpi_sys::MPI_ERR_ARG as c_int
+        );
+        assert_eq!(
+            code_of(&Error::InvalidUsage(
+                "the send buffer is a null pointer".into()
+            )),
+            mpi_sys::MPI_ERR_BUFFER as c_int
         );
     }
 }
