@@ -533,3 +533,22 @@ pub fn scatter(
         },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_decide_native_layouts() {
+        // SAFETY: reading immutable predefined handles.
+        let (f, d) = unsafe { (mpi_sys::RSMPI_FLOAT, mpi_sys::RSMPI_DOUBLE) };
+        assert_eq!(sides(false, 4, f, 4, f), (4, f, true));
+        assert_eq!(sides(false, 4, f, 2, d), (4, f, false));
+        assert_eq!(sides(false, 4, f, 8, f), (4, f, false));
+        // In place, the receive side describes the data.
+        assert_eq!(sides(true, 0, f, 3, d), (3, d, true));
+        assert_eq!(times(3, 4), 12);
+        assert_eq!(times(i32::MAX, 4), 4 * i64::from(i32::MAX));
+        assert_eq!(times(5, -1), 0);
+    }
+}

@@ -117,6 +117,12 @@ fn tentative(f: &Facts, device: Option<i32>, entry: Option<&Arc<CommEntry>>) -> 
     Tentative::Native(entry.clone(), nt, op)
 }
 
+/// From the element-wise maximum of every rank's `[native, -native]`
+/// (native = 1 or 0): some rank chose gpucoll and some did not.
+fn disagree(max: [c_int; 2]) -> bool {
+    max[0] == 1 && max[1] == 0
+}
+
 /// Under `GPUCOLL_CHECK=1`: every rank of an eligible communicator learns
 /// whether all ranks chose gpucoll, or all chose MPI, before anyone moves
 /// data. Returns a message when they differ.
@@ -138,8 +144,7 @@ fn agree(comm: MPI_Comm, native: bool) -> Result<(), String> {
     if rc != 0 {
         return Err(format!("the route agreement failed with MPI error {rc}"));
     }
-    // max[0] = 1 if any rank is native; -max[1] = 0 if any rank is not.
-    if max[0] == 1 && max[1] == 0 {
+    if disagree(max) {
         return Err(
             "ranks disagree on the route: some passed device memory gpucoll takes, others host \
              memory or a datatype/op it does not take (every rank must pass the same kind of \
@@ -205,5 +210,20 @@ pub fn decide(f: &Facts) -> Route {
             }
             Err(e) => Route::Failed(errors::fail(f.comm, f.call, &e)),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agreement_spots_mixed_routes() {
+        let vote = |native: bool| if native { [1, -1] } else { [0, 0] };
+        let max = |a: [c_int; 2], b: [c_int; 2]| [a[0].max(b[0]), a[1].max(b[1])];
+        assert!(!disagree(max(vote(true), vote(true))));
+        assert!(!disagree(max(vote(false), vote(false))));
+        assert!(disagree(max(vote(true), vote(false))));
+        assert!(disagree(max(vote(false), vote(true))));
     }
 }
