@@ -13,6 +13,8 @@
 #   libclang-dev                 bindgen (inside mpi-sys) dlopens libclang and
 #                                needs clang's own headers (stddef.h, ...)
 #   pkg-config build-essential   the C compiler and linker the build uses
+#   gfortran                     the mpi_shim Fortran tests (mpif90 compiles
+#                                mpif.h and `use mpi_f08` programs with it)
 #   cargo                        not installed here: see the message below
 set -euo pipefail
 
@@ -57,6 +59,7 @@ check_system_packages() {
     have_libclang || MISSING_PKGS+=(libclang-dev)
     command -v pkg-config >/dev/null 2>&1 || MISSING_PKGS+=(pkg-config)
     { command -v cc >/dev/null 2>&1 && command -v make >/dev/null 2>&1; } || MISSING_PKGS+=(build-essential)
+    command -v gfortran >/dev/null 2>&1 || MISSING_PKGS+=(gfortran)
 }
 
 install_system_packages() {
