@@ -399,27 +399,29 @@ static const struct st_type *type_named(const char *name)
     return NULL;
 }
 
-/* Everything on one communicator; `full` runs every type and op. Each
- * (type, op) runs at three (size, in-place) pairs, so that every size meets
- * both forms across the matrix without running all six pairs each time. */
+/* Everything on one communicator. Every (type, op) pair runs once, at a
+ * size and form that rotate through {7919, 1, 0} x {separate, in place}
+ * (the rotation is offset per type, so each pair of a type meets several
+ * sizes across the types); every type also runs its data movement at all
+ * three sizes. `full` runs every type and op, otherwise a few. */
 static void matrix(struct cx *c, int full)
 {
     const size_t sizes[] = {7919, 1, 0};
     const char *few[] = {"FLOAT", "INT", "INT8_T", "DOUBLE", "UINT64_T", "BYTE"};
     int ntypes = full ? st_ntypes : (int)(sizeof few / sizeof few[0]);
-    unsigned turn = 0;
     for (int k = 0; k < ntypes; k++) {
         const struct st_type *t = full ? &st_types[k] : type_named(few[k]);
-        for (int s = 0; s < 3; s++) {
-            for (int op = 0; op < OP_COUNT; op++) {
-                if (!st_op_valid(t, op))
-                    continue;
-                if (!full && op != OP_SUM && op != OP_MAX && op != OP_BOR)
-                    continue;
-                reductions(c, t, op, sizes[s], (int)(turn++ % 2));
-            }
-            movement(c, t, sizes[s], (int)(turn++ % 2));
+        unsigned turn = (unsigned)k;
+        for (int op = 0; op < OP_COUNT; op++) {
+            if (!st_op_valid(t, op))
+                continue;
+            if (!full && op != OP_SUM && op != OP_MAX && op != OP_BOR)
+                continue;
+            reductions(c, t, op, sizes[turn % 3], (int)(turn / 3 % 2));
+            turn++;
         }
+        for (int s = 0; s < 3; s++)
+            movement(c, t, sizes[s], (int)((k + s) % 2));
     }
     t_barrier(c);
 }
@@ -458,7 +460,7 @@ int main(int argc, char **argv)
     matrix(&split, 0);
     matrix(&dup, 0);
     t_allreduce(&world, type_named("INT"), OP_SUM, 7919, 0); /* interleaved with the others */
-    matrix(&split, 0);
+    t_allreduce(&split, type_named("FLOAT"), OP_SUM, 7919, 1);
     MPI_Comm_free(&split.comm);
     MPI_Comm_free(&dup.comm);
     return st_finish();
