@@ -155,10 +155,10 @@ static MPI_Request start(struct pend *p, enum kind kind, MPI_Comm comm, const ch
         /* from the left neighbour, who sends with Isend + Request_free */
         int left = (me + np - 1) % np, right = (me + 1) % np;
         p->root = left;
-        p->out = st_buf_new(n * sz);
+        p->out = st_buf_new_host(n * sz);
         st_poison(&p->out);
         rc = MPI_Irecv(p->out.mpi, mpi_n, t->type, left, P2P_TAG, comm, &req);
-        p->in = st_buf_new(n * sz);
+        p->in = st_buf_new_host(n * sz);
         st_fill(t, OP_BXOR, p->seed + 1000000 * (uint64_t)right, me, 0, p->in.host, n);
         st_push(&p->in);
         MPI_Request send;
@@ -168,7 +168,7 @@ static MPI_Request start(struct pend *p, enum kind kind, MPI_Comm comm, const ch
         return req;
     }
     case CANCELLED:
-        p->out = st_buf_new(16);
+        p->out = st_buf_new_host(16);
         rc = MPI_Irecv(p->out.mpi, 16, MPI_BYTE, me, NEVER_TAG, comm, &req);
         if (st_ok(rc, p->label))
             rc = MPI_Cancel(&req);

@@ -216,15 +216,15 @@ int st_ok(int rc, const char *what)
 
 /* ---- buffers ------------------------------------------------------- */
 
-struct st_buf st_buf_new(size_t bytes)
+static struct st_buf buf_new(size_t bytes, int device)
 {
-    struct st_buf b = {NULL, NULL, bytes};
+    struct st_buf b = {NULL, NULL, bytes, device};
     b.host = malloc(bytes ? bytes : 1);
     if (!b.host) {
         fprintf(stderr, "shimtest: out of host memory (%zu bytes)\n", bytes);
         exit(2);
     }
-    b.mpi = st.device ? st_dev_malloc(bytes) : malloc(bytes ? bytes : 1);
+    b.mpi = device ? st_dev_malloc(bytes) : malloc(bytes ? bytes : 1);
     if (!b.mpi) {
         fprintf(stderr, "shimtest: out of memory (%zu bytes)\n", bytes);
         exit(2);
@@ -232,9 +232,19 @@ struct st_buf st_buf_new(size_t bytes)
     return b;
 }
 
+struct st_buf st_buf_new(size_t bytes)
+{
+    return buf_new(bytes, st.device);
+}
+
+struct st_buf st_buf_new_host(size_t bytes)
+{
+    return buf_new(bytes, 0);
+}
+
 void st_buf_free(struct st_buf *b)
 {
-    if (st.device)
+    if (b->device)
         st_dev_free(b->mpi);
     else
         free(b->mpi);
@@ -244,7 +254,7 @@ void st_buf_free(struct st_buf *b)
 
 void st_push_range(struct st_buf *b, size_t off, size_t bytes)
 {
-    if (st.device)
+    if (b->device)
         st_dev_memcpy((char *)b->mpi + off, (char *)b->host + off, bytes);
     else if (bytes)
         memcpy((char *)b->mpi + off, (char *)b->host + off, bytes);
@@ -252,7 +262,7 @@ void st_push_range(struct st_buf *b, size_t off, size_t bytes)
 
 void st_pull_range(struct st_buf *b, size_t off, size_t bytes)
 {
-    if (st.device)
+    if (b->device)
         st_dev_memcpy((char *)b->host + off, (char *)b->mpi + off, bytes);
     else if (bytes)
         memcpy((char *)b->host + off, (char *)b->mpi + off, bytes);
@@ -271,7 +281,7 @@ void st_pull(struct st_buf *b)
 void st_poison(struct st_buf *b)
 {
     memset(b->host, ST_POISON, b->bytes);
-    if (st.device)
+    if (b->device)
         st_dev_memset(b->mpi, ST_POISON, b->bytes);
     else
         memset(b->mpi, ST_POISON, b->bytes);

@@ -51,8 +51,12 @@ struct st_buf {
     void *mpi;   /* the address handed to MPI */
     void *host;  /* host mirror, always host memory */
     size_t bytes;
+    int device;  /* mpi is device memory */
 };
 struct st_buf st_buf_new(size_t bytes);
+/* Host memory even with --device: point-to-point buffers (a collectives
+ * shim leaves point-to-point to MPI, which need not take device memory). */
+struct st_buf st_buf_new_host(size_t bytes);
 void st_buf_free(struct st_buf *b);
 /* mirror -> MPI buffer, MPI buffer -> mirror (whole buffer or a range) */
 void st_push(struct st_buf *b);

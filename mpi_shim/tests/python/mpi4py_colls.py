@@ -293,8 +293,9 @@ def nonblocking(n, how):
         np.concatenate([data(s + 6, r, n, i32) for r in range(size)]))
     k = dev(data(s + 7, root, n * size, f32)); ok_ = poisoned(n, f32); ins.append(k); sync()
     add(comm.Iscatter(k, ok_, root), ok_, data(s + 7, root, n * size, f32)[rank * n:(rank + 1) * n])
-    # point to point around the ring, in the same request array
-    p = dev(data(s + 8, rank, n + 1, np.float64)); op_ = poisoned(n + 1, np.float64); ins.append(p); sync()
+    # point to point around the ring, in the same request array; on host
+    # memory always: a collectives shim leaves point-to-point to MPI
+    p = data(s + 8, rank, n + 1, np.float64); op_ = np.full(n + 1, 7, dtype=np.float64); ins.append(p); sync()
     add(comm.Irecv(op_, source=(rank - 1) % size, tag=5), op_, data(s + 8, (rank - 1) % size, n + 1, np.float64))
     reqs.append(comm.Isend(p, dest=(rank + 1) % size, tag=5)); outs.append(None); wants.append(None)
     try:
