@@ -13,6 +13,10 @@
 #   libclang-dev                 bindgen (inside mpi-sys) dlopens libclang and
 #                                needs clang's own headers (stddef.h, ...)
 #   pkg-config build-essential   the C compiler and linker the build uses
+#   gfortran                     mpif90 for the MPI shim's Fortran test programs
+#   python3-mpi4py python3-numpy the shim's mpi4py test (run with /usr/bin/python3,
+#                                built against this Open MPI; a python3 earlier
+#                                on PATH, e.g. pyenv's, does not see them)
 #   cargo                        not installed here: see the message below
 set -euo pipefail
 
@@ -57,12 +61,18 @@ check_system_packages() {
     have_libclang || MISSING_PKGS+=(libclang-dev)
     command -v pkg-config >/dev/null 2>&1 || MISSING_PKGS+=(pkg-config)
     { command -v cc >/dev/null 2>&1 && command -v make >/dev/null 2>&1; } || MISSING_PKGS+=(build-essential)
+    # The MPI shim's tests (mpi_shim/tests): Fortran programs and mpi4py.
+    command -v gfortran >/dev/null 2>&1 || MISSING_PKGS+=(gfortran)
+    if ! /usr/bin/python3 -c 'import mpi4py.MPI' >/dev/null 2>&1; then
+        MISSING_PKGS+=(python3-mpi4py)
+    fi
+    /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || MISSING_PKGS+=(python3-numpy)
 }
 
 install_system_packages() {
     check_system_packages
     if [ "${#MISSING_PKGS[@]}" -eq 0 ]; then
-        log "MPI (mpicc, mpirun), libclang and the C toolchain are present; nothing to install"
+        log "MPI (mpicc, mpirun), libclang, the C toolchain, gfortran and mpi4py are present; nothing to install"
         return 0
     fi
     command -v apt-get >/dev/null 2>&1 ||
@@ -142,7 +152,8 @@ install_cuda_toolchain() {
 usage() {
     cat <<USAGE
 usage: scripts/setup.sh [--no-cuda]
-  (no option)  install Open MPI, libclang and a C toolchain if missing, check
+  (no option)  install Open MPI, libclang, a C toolchain, gfortran, and
+               python3-mpi4py + python3-numpy (the shim tests) if missing, check
                cargo, and install nvcc 13.0 from pinned PyPI wheels into
                ./.cuda (the default build compiles the CUDA kernels)
   --no-cuda    skip nvcc; then build with `cargo build --no-default-features`

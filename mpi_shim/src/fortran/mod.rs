@@ -1,0 +1,69 @@
+//! Fortran entry points (mpif.h, `use mpi`, `use mpi_f08`) for every MPI function the
+//! shim intercepts.
+//!
+//! Open MPI's own Fortran wrappers (`ompi_allreduce_f` in libmpi_mpifh, which
+//! `mpi_allreduce_f08_` in libmpi_usempif08 calls too) convert the handles and then call
+//! `PMPI_Allreduce`, so a shim exporting only C symbols never sees a Fortran program.
+//! This module exports the same Fortran symbols: preloaded or linked ahead of Open
+//! MPI's libraries, the shim's definitions win the dynamic linker's lookup. Each one
+//! converts its arguments (see `handles`) and calls the C `MPI_*` function through
+//! mpi-sys's declaration, which inside this library binds to the shim's own C export,
+//! so Fortran calls are routed exactly as C calls are.
+//!
+//! One implementation serves both bindings: `mpi_allreduce_f08_` takes the same
+//! arguments as `mpi_allreduce_` (a `TYPE(MPI_Comm)` is one integer passed by
+//! reference, buffers are plain addresses, a `TYPE(MPI_Status)` has the layout of the
+//! integer status array), except that its `ierror` may be absent, i.e. null, which the
+//! shared implementation accepts.
+
+/// Defines one Fortran binding and exports it under every name Open MPI 4.1 gives it:
+/// libmpi_mpifh's weak aliases `MPI_X`, `mpi_x`, `mpi_x_`, `mpi_x__`, `MPI_X_f`,
+/// `MPI_X_f08`, and libmpi_usempif08's module procedure `mpi_x_f08_`.
+macro_rules! fortran_binding {
+    (
+        $(#[doc = $doc:literal])*
+        fn $name:ident $params:tt as $upper:literal, $lower:literal, $mixed:literal
+        $body:block
+    ) => {
+        $(#[doc = $doc])*
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $name $params $body
+
+        export_symbols!($name $params [
+            $upper,
+            $lower,
+            concat!($lower, "_"),
+            concat!($lower, "__"),
+            concat!($mixed, "_f"),
+            concat!($mixed, "_f08"),
+            concat!($lower, "_f08_")
+        ]);
+    };
+}
+
+macro_rules! export_symbols {
+    ($name:ident $params:tt [$($symbol:expr),+]) => {
+        $( export_symbol!($symbol, $name, $params); )+
+    };
+}
+
+macro_rules! export_symbol {
+    ($symbol:expr, $name:ident, ( $($arg:ident : $ty:ty),* $(,)? )) => {
+        const _: () = {
+            #[export_name = $symbol]
+            #[allow(clippy::too_many_arguments)]
+            unsafe extern "C" fn entry($($arg: $ty),*) {
+                tracing::debug!(target: "gpucoll_mpi::fortran", "Fortran {}", $symbol);
+                // SAFETY: a Fortran caller passes the arguments this binding declares,
+                // each by reference to storage valid for the call.
+                unsafe { $name($($arg),*) }
+            }
+        };
+    };
+}
+
+mod blocking;
+mod completion;
+pub(crate) mod handles;
+mod lifecycle;
+mod nonblocking;
