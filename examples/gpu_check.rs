@@ -132,6 +132,14 @@ mod imp {
             ReduceOp::Avg if float => xs.iter().sum::<i64>() as f64 / n as f64,
             ReduceOp::Avg => (xs.iter().sum::<i64>() / n as i64) as f64,
             ReduceOp::PreMulSum(s) => xs.iter().map(|x| x * s as i64).sum::<i64>() as f64,
+            ReduceOp::BitAnd => xs.iter().fold(-1, |a, x| a & x) as f64,
+            ReduceOp::BitOr => xs.iter().fold(0, |a, x| a | x) as f64,
+            ReduceOp::BitXor => xs.iter().fold(0, |a, x| a ^ x) as f64,
+            // A lone input is returned as is (as MPI does).
+            _ if xs.len() == 1 => xs[0] as f64,
+            ReduceOp::LogicalAnd => xs.iter().all(|&x| x != 0) as i64 as f64,
+            ReduceOp::LogicalOr => xs.iter().any(|&x| x != 0) as i64 as f64,
+            ReduceOp::LogicalXor => (xs.iter().filter(|&&x| x != 0).count() % 2) as f64,
         }
     }
 
@@ -372,7 +380,8 @@ mod imp {
     ) {
         for kind in CollKind::ALL {
             let ops: Vec<ReduceOp> = if kind.reduces() {
-                ReduceOp::ALL.to_vec()
+                let all = ReduceOp::ALL.into_iter();
+                all.filter(|op| op.applies_to(T::DATATYPE)).collect()
             } else {
                 vec![ReduceOp::Sum]
             };

@@ -12,6 +12,7 @@
 #include "gpucoll.cuh"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <type_traits>
 
 #define GC_THREADS 512
 #define GC_ABORT_SPINS 1024u
@@ -64,6 +65,15 @@ template <typename T, typename U> struct IntArith {
   static __device__ __forceinline__ T mx(T a, T b) { return a > b ? a : b; }
   static __device__ __forceinline__ T scale(T x, const GcArgs& a) {
     return mul(x, (T)a.iscale);
+  }
+  // GC_OP_BAND .. GC_OP_LXOR; the logical ones yield 1 or 0.
+  template <uint32_t OP> static __device__ __forceinline__ T bits(T a, T b) {
+    if (OP == GC_OP_BAND) return (T)(a & b);
+    if (OP == GC_OP_BOR) return (T)(a | b);
+    if (OP == GC_OP_BXOR) return (T)(a ^ b);
+    if (OP == GC_OP_LAND) return (T)((a != 0) && (b != 0));
+    if (OP == GC_OP_LOR) return (T)((a != 0) || (b != 0));
+    return (T)((a != 0) != (b != 0));
   }
 };
 
@@ -125,12 +135,43 @@ struct ConvBF16 {
 template <> struct Arith<__half> : HalfArith<__half, ConvF16> {};
 template <> struct Arith<__nv_bfloat16> : HalfArith<__nv_bfloat16, ConvBF16> {};
 
+// The integer-only ops are instantiated for integer types only (see
+// compute_op), so Arith of a float needs no `bits`.
 template <typename T, uint32_t OP>
 __device__ __forceinline__ T combine(T a, T b) {
-  if (OP == GC_OP_SUM) return Arith<T>::add(a, b);
-  if (OP == GC_OP_PROD) return Arith<T>::mul(a, b);
-  if (OP == GC_OP_MIN) return Arith<T>::mn(a, b);
-  return Arith<T>::mx(a, b);
+  if constexpr (OP >= GC_OP_BAND) {
+    return Arith<T>::template bits<OP>(a, b);
+  } else {
+    if (OP == GC_OP_SUM) return Arith<T>::add(a, b);
+    if (OP == GC_OP_PROD) return Arith<T>::mul(a, b);
+    if (OP == GC_OP_MIN) return Arith<T>::mn(a, b);
+    return Arith<T>::mx(a, b);
+  }
+}
+
+// Switch on a runtime op code into F<OP>::run(args...): the arithmetic ops
+// for every T, the bitwise and logical ones for integer T only (the host
+// never sends them with a float type); anything else runs as MAX, as before.
+template <typename T, template <uint32_t> class F, typename... A>
+__device__ __forceinline__ void dispatch_op(uint32_t op, A&... args) {
+  switch (op) {
+    case GC_OP_SUM: F<GC_OP_SUM>::run(args...); return;
+    case GC_OP_PROD: F<GC_OP_PROD>::run(args...); return;
+    case GC_OP_MIN: F<GC_OP_MIN>::run(args...); return;
+    default: break;
+  }
+  if constexpr (std::is_integral<T>::value) {
+    switch (op) {
+      case GC_OP_BAND: F<GC_OP_BAND>::run(args...); return;
+      case GC_OP_BOR: F<GC_OP_BOR>::run(args...); return;
+      case GC_OP_BXOR: F<GC_OP_BXOR>::run(args...); return;
+      case GC_OP_LAND: F<GC_OP_LAND>::run(args...); return;
+      case GC_OP_LOR: F<GC_OP_LOR>::run(args...); return;
+      case GC_OP_LXOR: F<GC_OP_LXOR>::run(args...); return;
+      default: break;
+    }
+  }
+  F<GC_OP_MAX>::run(args...);
 }
 
 // ------------------------------------------------------------ piece compute
@@ -266,14 +307,15 @@ __device__ void compute(const PieceShared& s, const GcArgs& a) {
   }
 }
 
+template <typename T, int U> struct ComputeOp {
+  template <uint32_t OP> struct F {
+    static __device__ __forceinline__ void run(const PieceShared& s, const GcArgs& a) { compute<T, OP, U>(s, a); }
+  };
+};
+
 template <typename T, int U>
 __device__ __forceinline__ void compute_op(const PieceShared& s, const GcArgs& a) {
-  switch (a.op) {
-    case GC_OP_SUM: compute<T, GC_OP_SUM, U>(s, a); break;
-    case GC_OP_PROD: compute<T, GC_OP_PROD, U>(s, a); break;
-    case GC_OP_MIN: compute<T, GC_OP_MIN, U>(s, a); break;
-    default: compute<T, GC_OP_MAX, U>(s, a); break;
-  }
+  dispatch_op<T, ComputeOp<T, U>::template F>(a.op, s, a);
 }
 
 // ------------------------------------------------------- thread-0 protocol
@@ -946,14 +988,15 @@ __device__ void direct_all_reduce(const GcDirectArgs& a) {
   }
 }
 
+template <typename T> struct DirectOp {
+  template <uint32_t OP> struct F {
+    static __device__ __forceinline__ void run(const GcDirectArgs& a) { direct_all_reduce<T, OP>(a); }
+  };
+};
+
 template <typename T>
 __device__ void direct_all_reduce_op(const GcDirectArgs& a) {
-  switch (a.op) {
-    case GC_OP_SUM: direct_all_reduce<T, GC_OP_SUM>(a); break;
-    case GC_OP_PROD: direct_all_reduce<T, GC_OP_PROD>(a); break;
-    case GC_OP_MIN: direct_all_reduce<T, GC_OP_MIN>(a); break;
-    default: direct_all_reduce<T, GC_OP_MAX>(a); break;
-  }
+  dispatch_op<T, DirectOp<T>::template F>(a.op, a);
 }
 
 #define GC_DIRECT_KERNEL(name, T) \

@@ -20,6 +20,13 @@
 #define GC_OP_PROD 1u
 #define GC_OP_MIN 2u
 #define GC_OP_MAX 3u
+// Integer types only (the host rejects them on floats); logical ops yield 1/0.
+#define GC_OP_BAND 4u
+#define GC_OP_BOR 5u
+#define GC_OP_BXOR 6u
+#define GC_OP_LAND 7u
+#define GC_OP_LOR 8u
+#define GC_OP_LXOR 9u
 
 // Error codes written into GcChanStatus::code.
 #define GC_ERR_NONE 0u

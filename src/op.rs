@@ -1,4 +1,13 @@
 //! Reduction operations.
+//!
+//! The bitwise (`BitAnd`, `BitOr`, `BitXor`) and logical (`LogicalAnd`,
+//! `LogicalOr`, `LogicalXor`) ops exist for the six integer types only, as
+//! MPI defines `MPI_BAND` ... `MPI_LXOR` for C integers: on a float type
+//! [`ReduceOp::validate`] returns [`Error::InvalidOp`]. A logical op treats
+//! a non-zero element as true and yields 1 or 0 (C's `&&`, `||` and
+//! exclusive or). On a communicator of one rank every reduction returns the
+//! input unchanged, as MPI libraries do (a lone logical input is not
+//! normalized to 1/0).
 
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
@@ -23,20 +32,44 @@ pub enum ReduceOp {
     /// ranks), like NCCL's `ncclRedOpCreatePreMulSum`. Integers multiply by
     /// the scalar converted to the element type (truncated).
     PreMulSum(f64),
+    /// Bitwise and (`MPI_BAND`); integers only.
+    BitAnd,
+    /// Bitwise or (`MPI_BOR`); integers only.
+    BitOr,
+    /// Bitwise exclusive or (`MPI_BXOR`); integers only.
+    BitXor,
+    /// Logical and (`MPI_LAND`): 1 if every input is non-zero, else 0;
+    /// integers only.
+    LogicalAnd,
+    /// Logical or (`MPI_LOR`): 1 if any input is non-zero, else 0; integers
+    /// only.
+    LogicalOr,
+    /// Logical exclusive or (`MPI_LXOR`): 1 if an odd number of inputs are
+    /// non-zero, else 0; integers only.
+    LogicalXor,
 }
 
 impl ReduceOp {
-    /// Every op kind with a representative scalar, for tests and the bench.
-    pub const ALL: [ReduceOp; 6] = [
+    /// Every op kind with a representative scalar, for tests and the bench,
+    /// in [`ReduceOp::code`] order. The integer-only ops are among them: pair
+    /// ops with datatypes through [`ReduceOp::applies_to`].
+    pub const ALL: [ReduceOp; 12] = [
         ReduceOp::Sum,
         ReduceOp::Prod,
         ReduceOp::Min,
         ReduceOp::Max,
         ReduceOp::Avg,
         ReduceOp::PreMulSum(2.0),
+        ReduceOp::BitAnd,
+        ReduceOp::BitOr,
+        ReduceOp::BitXor,
+        ReduceOp::LogicalAnd,
+        ReduceOp::LogicalOr,
+        ReduceOp::LogicalXor,
     ];
 
-    /// Lower-case name (`sum`, `prod`, `min`, `max`, `avg`, `premulsum`).
+    /// Lower-case name (`sum`, `prod`, `min`, `max`, `avg`, `premulsum`,
+    /// `band`, `bor`, `bxor`, `land`, `lor`, `lxor`).
     pub fn name(&self) -> &'static str {
         match self {
             ReduceOp::Sum => "sum",
@@ -45,10 +78,16 @@ impl ReduceOp {
             ReduceOp::Max => "max",
             ReduceOp::Avg => "avg",
             ReduceOp::PreMulSum(_) => "premulsum",
+            ReduceOp::BitAnd => "band",
+            ReduceOp::BitOr => "bor",
+            ReduceOp::BitXor => "bxor",
+            ReduceOp::LogicalAnd => "land",
+            ReduceOp::LogicalOr => "lor",
+            ReduceOp::LogicalXor => "lxor",
         }
     }
 
-    /// Parse `sum|prod|min|max|avg|premulsum[:scalar]`.
+    /// Parse `sum|prod|min|max|avg|premulsum[:scalar]|band|bor|bxor|land|lor|lxor`.
     pub fn parse(s: &str) -> Option<ReduceOp> {
         let lower = s.to_ascii_lowercase();
         let (head, arg) = match lower.split_once(':') {
@@ -63,12 +102,33 @@ impl ReduceOp {
             ("avg", None) => Some(ReduceOp::Avg),
             ("premulsum", None) => Some(ReduceOp::PreMulSum(2.0)),
             ("premulsum", Some(a)) => a.parse().ok().map(ReduceOp::PreMulSum),
+            (name, None) => ReduceOp::ALL[6..]
+                .iter()
+                .copied()
+                .find(|o| o.name() == name),
             _ => None,
         }
     }
 
+    /// Whether this op is defined for integer types only (the bitwise and
+    /// logical ops, as in MPI).
+    pub fn integer_only(&self) -> bool {
+        self.code() >= ReduceOp::BitAnd.code()
+    }
+
+    /// Whether [`ReduceOp::validate`] accepts this op for `dtype`.
+    pub fn applies_to(&self, dtype: Datatype) -> bool {
+        self.validate(dtype).is_ok()
+    }
+
     /// Check that this op can be applied to `dtype`.
     pub fn validate(&self, dtype: Datatype) -> Result<()> {
+        if self.integer_only() && dtype.is_float() {
+            return Err(Error::InvalidOp {
+                op: format!("{self} (integer types only)"),
+                dtype,
+            });
+        }
         if let ReduceOp::PreMulSum(s) = self {
             if !s.is_finite() {
                 return Err(Error::InvalidOp {
@@ -89,6 +149,12 @@ impl ReduceOp {
             ReduceOp::Max => 3,
             ReduceOp::Avg => 4,
             ReduceOp::PreMulSum(_) => 5,
+            ReduceOp::BitAnd => 6,
+            ReduceOp::BitOr => 7,
+            ReduceOp::BitXor => 8,
+            ReduceOp::LogicalAnd => 9,
+            ReduceOp::LogicalOr => 10,
+            ReduceOp::LogicalXor => 11,
         }
     }
 
@@ -124,13 +190,21 @@ pub struct Reduction {
     pub post_div: Option<u64>,
 }
 
-/// The element-wise combining function of a [`Reduction`].
+/// The element-wise combining function of a [`Reduction`]. The bitwise and
+/// logical functions are reached for integer types only (validation rejects
+/// them on floats); the logical ones yield 1 or 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Combine {
     Sum,
     Prod,
     Min,
     Max,
+    BitAnd,
+    BitOr,
+    BitXor,
+    LogicalAnd,
+    LogicalOr,
+    LogicalXor,
 }
 
 impl Reduction {
@@ -161,6 +235,12 @@ impl Reduction {
                 pre_scale: Some(s),
                 post_div: None,
             },
+            ReduceOp::BitAnd => plain(Combine::BitAnd),
+            ReduceOp::BitOr => plain(Combine::BitOr),
+            ReduceOp::BitXor => plain(Combine::BitXor),
+            ReduceOp::LogicalAnd => plain(Combine::LogicalAnd),
+            ReduceOp::LogicalOr => plain(Combine::LogicalOr),
+            ReduceOp::LogicalXor => plain(Combine::LogicalXor),
         }
     }
 }
@@ -182,6 +262,33 @@ mod tests {
             Some(ReduceOp::PreMulSum(0.5))
         );
         assert_eq!(ReduceOp::parse("xor"), None);
+        assert_eq!(ReduceOp::parse("LXOR"), Some(ReduceOp::LogicalXor));
+        assert_eq!(ReduceOp::parse("band:1"), None);
+    }
+
+    #[test]
+    fn codes_index_all() {
+        for (i, op) in ReduceOp::ALL.iter().enumerate() {
+            assert_eq!(op.code() as usize, i, "{op}");
+        }
+    }
+
+    #[test]
+    fn bitwise_and_logical_ops_are_integer_only() {
+        for op in ReduceOp::ALL {
+            for dtype in Datatype::ALL {
+                let ok = op.validate(dtype).is_ok();
+                assert_eq!(ok, !(op.integer_only() && dtype.is_float()), "{op} {dtype}");
+                assert_eq!(ok, op.applies_to(dtype));
+            }
+        }
+        assert!(matches!(
+            ReduceOp::LogicalOr.validate(Datatype::BF16),
+            Err(Error::InvalidOp { .. })
+        ));
+        let r = Reduction::lower(ReduceOp::BitXor, Datatype::U8, 3);
+        assert_eq!(r.combine, Combine::BitXor);
+        assert_eq!((r.pre_scale, r.post_div), (None, None));
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //! communicator's private MPI duplicate (never through gpucoll's engine), so
 //! it must be called on all ranks, like any collective. Reductions exist
 //! only where MPI has them: `Sum`, `Prod`, `Min` and `Max` on the eight
-//! integer and IEEE types. `Avg`, `PreMulSum` and any reduction of `f16` or
-//! `bf16` return [`Error::InvalidOp`]; compute those references from
+//! integer and IEEE types, and the bitwise and logical ops (`MPI_BAND` ...
+//! `MPI_LXOR`) on the six integer types. `Avg`, `PreMulSum`, bitwise or
+//! logical ops on floats and any reduction of `f16` or `bf16` return
+//! [`Error::InvalidOp`]; compute those references from
 //! [`all_gather`]ed inputs. Data movement works for all ten types (`f16` and
 //! `bf16` travel as 16-bit units).
 //!

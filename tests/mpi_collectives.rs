@@ -287,6 +287,12 @@ fn all_ops() -> Vec<ReduceOp> {
         ReduceOp::Max,
         ReduceOp::Avg,
         ReduceOp::PreMulSum(PMS),
+        ReduceOp::BitAnd,
+        ReduceOp::BitOr,
+        ReduceOp::BitXor,
+        ReduceOp::LogicalAnd,
+        ReduceOp::LogicalOr,
+        ReduceOp::LogicalXor,
     ]
 }
 
@@ -406,6 +412,11 @@ fn data_for(coll: Coll, op: ReduceOp) -> Data {
         Data::Bits
     } else if op == ReduceOp::Prod {
         Data::Prod
+    } else if matches!(
+        op,
+        ReduceOp::LogicalAnd | ReduceOp::LogicalOr | ReduceOp::LogicalXor
+    ) {
+        Data::Logic
     } else {
         Data::Reduce
     }
@@ -414,10 +425,10 @@ fn data_for(coll: Coll, op: ReduceOp) -> Data {
 /// Whether MPI itself can compute the expected result.
 fn mpi_can<T: El>(op: ReduceOp) -> bool {
     !T::HALF
-        && matches!(
+        && (matches!(
             op,
             ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Min | ReduceOp::Max
-        )
+        ) || (op.integer_only() && !T::FLOAT))
 }
 
 fn run_one<T: El>(
@@ -441,6 +452,19 @@ fn run_one<T: El>(
         }
     );
     let what = |s: &str| format!("{label}: {s}");
+    if coll.reduces() && op.integer_only() && T::FLOAT {
+        // MPI defines bitwise and logical ops for integers only: a local,
+        // non-fatal argument error on every rank.
+        let (send, mut out) = (vec![T::default(); count], vec![T::default(); count]);
+        ctx.checks += 1;
+        match world.all_reduce_into(&send, &mut out, op) {
+            Err(Error::InvalidOp { .. }) => {}
+            other => ctx
+                .fails
+                .push(what(&format!("expected InvalidOp, got {other:?}"))),
+        }
+        return;
+    }
     let data = data_for(coll, op);
     let in_len = match coll {
         Coll::ReduceScatter | Coll::AllToAll | Coll::Scatter => count * n,

@@ -400,7 +400,7 @@ mod tests {
         assert_eq!(a.warmup, 1);
         assert!(!a.check);
         assert_eq!(a.dtypes, vec![Datatype::F32, Datatype::I8]);
-        assert_eq!(a.ops.len(), 6);
+        assert_eq!(a.ops.len(), 12);
         assert_eq!(a.colls.len(), 8);
         assert_eq!(a.root, 2);
         assert_eq!(a.placement, Placement::OutOfPlace);

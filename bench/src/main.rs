@@ -256,7 +256,9 @@ fn bench(world: &Communicator, args: &Args) -> Result<i32, Fail> {
         ));
         for &dtype in &args.dtypes {
             let ops: Vec<Option<ReduceOp>> = if kind.reduces() {
-                args.ops.iter().copied().map(Some).collect()
+                // `-o all` pairs the integer-only ops with integer types only.
+                let ops = args.ops.iter().copied();
+                ops.filter(|op| op.applies_to(dtype)).map(Some).collect()
             } else {
                 vec![None]
             };

@@ -64,6 +64,16 @@ pub(crate) fn mpi_op(op: ReduceOp, dtype: Datatype) -> Result<MPI_Op> {
         ReduceOp::Min => Ok(ffi::op_min()),
         ReduceOp::Max => Ok(ffi::op_max()),
         ReduceOp::Avg | ReduceOp::PreMulSum(_) => Err(invalid()),
+        _ if dtype.is_float() => Err(Error::InvalidOp {
+            op: format!("{op} (integer types only)"),
+            dtype,
+        }),
+        ReduceOp::BitAnd => Ok(ffi::op_band()),
+        ReduceOp::BitOr => Ok(ffi::op_bor()),
+        ReduceOp::BitXor => Ok(ffi::op_bxor()),
+        ReduceOp::LogicalAnd => Ok(ffi::op_land()),
+        ReduceOp::LogicalOr => Ok(ffi::op_lor()),
+        ReduceOp::LogicalXor => Ok(ffi::op_lxor()),
     }
 }
 

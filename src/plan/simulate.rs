@@ -33,6 +33,12 @@ impl Elem for i64 {
             Combine::Prod => self.wrapping_mul(o),
             Combine::Min => self.min(o),
             Combine::Max => self.max(o),
+            Combine::BitAnd => self & o,
+            Combine::BitOr => self | o,
+            Combine::BitXor => self ^ o,
+            Combine::LogicalAnd => ((self != 0) & (o != 0)) as i64,
+            Combine::LogicalOr => ((self != 0) | (o != 0)) as i64,
+            Combine::LogicalXor => ((self != 0) ^ (o != 0)) as i64,
         }
     }
     fn scale(self, s: f64) -> i64 {
@@ -56,6 +62,8 @@ impl Elem for f64 {
             Combine::Prod => self * o,
             Combine::Min => self.min(o),
             Combine::Max => self.max(o),
+            // Integer-only combines (the planner never looks at values).
+            _ => f64::from_bits(i64::combine(self.to_bits() as i64, o.to_bits() as i64, c) as u64),
         }
     }
     fn scale(self, s: f64) -> f64 {

@@ -434,6 +434,8 @@ pub enum Data {
     Reduce,
     /// Values for Prod: ints full range; floats in {1, -1, 2, 0.5}.
     Prod,
+    /// Values for the logical ops (integers): 40% zeros, else any bits.
+    Logic,
 }
 
 /// The ten element types, with what the tests need to know about each.
@@ -462,6 +464,7 @@ pub trait El: Equivalence + Copy + PartialEq + Debug + Default + Send + Sync + '
             Data::Bits => Self::from_bits64(r),
             Data::Reduce => Self::small(r),
             Data::Prod => Self::prod_val(r),
+            Data::Logic => Self::from_bits64(if r % 5 < 2 { 0 } else { r >> 3 }),
         }
     }
 }
@@ -688,6 +691,7 @@ pub fn local_reduce<T: El>(inputs: &[Vec<T>], op: ReduceOp) -> Expect<T> {
                         let k = T::from_scalar(s);
                         col.map(|x| x.wmul(k)).reduce(|a, b| a.wadd(b)).unwrap()
                     }
+                    _ => bitwise_reduce(col, op),
                 }
             })
             .collect();
@@ -702,6 +706,7 @@ pub fn local_reduce<T: El>(inputs: &[Vec<T>], op: ReduceOp) -> Expect<T> {
             ReduceOp::Prod => (col.product::<f64>(), 0.0),
             ReduceOp::Min => (col.fold(f64::INFINITY, f64::min), 0.0),
             ReduceOp::Max => (col.fold(f64::NEG_INFINITY, f64::max), 0.0),
+            _ if op.integer_only() => panic!("{op} is for integer types only"),
             ReduceOp::Avg | ReduceOp::PreMulSum(_) => {
                 let s = match op {
                     ReduceOp::PreMulSum(s) => s,
@@ -717,6 +722,22 @@ pub fn local_reduce<T: El>(inputs: &[Vec<T>], op: ReduceOp) -> Expect<T> {
         tol.push(t);
     }
     Expect::Approx { exp, tol }
+}
+
+/// The bitwise and logical ops over one element of every rank (integers;
+/// MPI's convention: a lone input is returned as is).
+fn bitwise_reduce<T: El>(col: impl Iterator<Item = T>, op: ReduceOp) -> T {
+    let truth = |x: u64| (x != 0) as u64;
+    let f = |a: u64, b: u64| match op {
+        ReduceOp::BitAnd => a & b,
+        ReduceOp::BitOr => a | b,
+        ReduceOp::BitXor => a ^ b,
+        ReduceOp::LogicalAnd => truth(a) & truth(b),
+        ReduceOp::LogicalOr => truth(a) | truth(b),
+        ReduceOp::LogicalXor => truth(a) ^ truth(b),
+        other => panic!("{other} is not a bitwise or logical op"),
+    };
+    T::from_bits64(col.map(T::bits64).reduce(f).unwrap())
 }
 
 /// Compare `got` with `exp`; record a failure line (with the first

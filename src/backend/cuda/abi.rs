@@ -9,6 +9,17 @@ pub(crate) const STEP_EXCHANGE: u32 = 1;
 pub(crate) const FLAG_REDUCE: u32 = 1;
 pub(crate) const FLAG_PRE_OP: u32 = 2;
 pub(crate) const FLAG_POST_OP: u32 = 4;
+/// Combine functions (`GC_OP_*`); the last six exist for integers only.
+pub(crate) const OP_SUM: u32 = 0;
+pub(crate) const OP_PROD: u32 = 1;
+pub(crate) const OP_MIN: u32 = 2;
+pub(crate) const OP_MAX: u32 = 3;
+pub(crate) const OP_BAND: u32 = 4;
+pub(crate) const OP_BOR: u32 = 5;
+pub(crate) const OP_BXOR: u32 = 6;
+pub(crate) const OP_LAND: u32 = 7;
+pub(crate) const OP_LOR: u32 = 8;
+pub(crate) const OP_LXOR: u32 = 9;
 /// `GC_FLAG_LL`: the direct one-shot uses LL lines.
 pub(crate) const FLAG_LL: u32 = 8;
 /// `GC_LL_HEADER_LINES`: header lines before an LL inbox's data lines.

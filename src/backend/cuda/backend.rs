@@ -1286,10 +1286,16 @@ enum Item {
 
 fn op_code(c: Combine) -> u32 {
     match c {
-        Combine::Sum => 0,
-        Combine::Prod => 1,
-        Combine::Min => 2,
-        Combine::Max => 3,
+        Combine::Sum => OP_SUM,
+        Combine::Prod => OP_PROD,
+        Combine::Min => OP_MIN,
+        Combine::Max => OP_MAX,
+        Combine::BitAnd => OP_BAND,
+        Combine::BitOr => OP_BOR,
+        Combine::BitXor => OP_BXOR,
+        Combine::LogicalAnd => OP_LAND,
+        Combine::LogicalOr => OP_LOR,
+        Combine::LogicalXor => OP_LXOR,
     }
 }
 

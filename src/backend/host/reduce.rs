@@ -12,7 +12,11 @@
 //!   scalar converted with `as` (truncating toward zero, saturating);
 //!   post-divide truncates toward zero;
 //! * `f32`/`f64` compute in their own precision; `f16`/`bf16` compute in
-//!   `f32` and round to nearest even once per operation.
+//!   `f32` and round to nearest even once per operation;
+//! * the bitwise and logical combines are integer ops (logical ones yield
+//!   1/0). Validation keeps them away from floats; should one arrive, the
+//!   float kernels apply the logical ops as C does on floats (1.0/0.0) and
+//!   the bitwise ones to the IEEE bit patterns, rather than panic.
 //!
 //! All slices of one call must have the same length; extra bytes of a
 //! longer slice are ignored (debug builds assert).
@@ -77,6 +81,12 @@ macro_rules! int_kern {
                     Combine::Prod => zip2(d, a, b, <$t>::wrapping_mul),
                     Combine::Min => zip2(d, a, b, Ord::min),
                     Combine::Max => zip2(d, a, b, Ord::max),
+                    Combine::BitAnd => zip2(d, a, b, |x, y| x & y),
+                    Combine::BitOr => zip2(d, a, b, |x, y| x | y),
+                    Combine::BitXor => zip2(d, a, b, |x, y| x ^ y),
+                    Combine::LogicalAnd => zip2(d, a, b, |x, y| ((x != 0) & (y != 0)) as $t),
+                    Combine::LogicalOr => zip2(d, a, b, |x, y| ((x != 0) | (y != 0)) as $t),
+                    Combine::LogicalXor => zip2(d, a, b, |x, y| ((x != 0) ^ (y != 0)) as $t),
                 }
             }
             fn combine1(c: Combine, acc: &mut [$t], b: &[$t]) {
@@ -85,6 +95,12 @@ macro_rules! int_kern {
                     Combine::Prod => zip1(acc, b, <$t>::wrapping_mul),
                     Combine::Min => zip1(acc, b, Ord::min),
                     Combine::Max => zip1(acc, b, Ord::max),
+                    Combine::BitAnd => zip1(acc, b, |x, y| x & y),
+                    Combine::BitOr => zip1(acc, b, |x, y| x | y),
+                    Combine::BitXor => zip1(acc, b, |x, y| x ^ y),
+                    Combine::LogicalAnd => zip1(acc, b, |x, y| ((x != 0) & (y != 0)) as $t),
+                    Combine::LogicalOr => zip1(acc, b, |x, y| ((x != 0) | (y != 0)) as $t),
+                    Combine::LogicalXor => zip1(acc, b, |x, y| ((x != 0) ^ (y != 0)) as $t),
                 }
             }
             fn scale2(s: f64, d: &mut [$t], a: &[$t]) {
@@ -124,6 +140,23 @@ int_kern!(u32, |x, d| (x as u64 / d) as u32);
 int_kern!(i64, |x, d| div_signed(x, d));
 int_kern!(u64, |x, d| x / d);
 
+/// A bitwise or logical combine on a float (never reached through the
+/// API, see the module doc): logical as C, bitwise on the bit patterns.
+macro_rules! float_int_op {
+    ($t:ty, $c:expr, $a:expr, $b:expr) => {{
+        let (x, y) = ($a, $b);
+        let truth = |v: bool| if v { 1.0 } else { 0.0 };
+        match $c {
+            Combine::BitAnd => <$t>::from_bits(x.to_bits() & y.to_bits()),
+            Combine::BitOr => <$t>::from_bits(x.to_bits() | y.to_bits()),
+            Combine::BitXor => <$t>::from_bits(x.to_bits() ^ y.to_bits()),
+            Combine::LogicalAnd => truth((x != 0.0) & (y != 0.0)),
+            Combine::LogicalOr => truth((x != 0.0) | (y != 0.0)),
+            _ => truth((x != 0.0) ^ (y != 0.0)),
+        }
+    }};
+}
+
 macro_rules! float_kern {
     ($t:ty) => {
         impl Kern for $t {
@@ -133,6 +166,7 @@ macro_rules! float_kern {
                     Combine::Prod => zip2(d, a, b, |a, b| a * b),
                     Combine::Min => zip2(d, a, b, <$t>::min),
                     Combine::Max => zip2(d, a, b, <$t>::max),
+                    _ => zip2(d, a, b, |a, b| float_int_op!($t, c, a, b)),
                 }
             }
             fn combine1(c: Combine, acc: &mut [$t], b: &[$t]) {
@@ -141,6 +175,7 @@ macro_rules! float_kern {
                     Combine::Prod => zip1(acc, b, |a, b| a * b),
                     Combine::Min => zip1(acc, b, <$t>::min),
                     Combine::Max => zip1(acc, b, <$t>::max),
+                    _ => zip1(acc, b, |a, b| float_int_op!($t, c, a, b)),
                 }
             }
             fn scale2(s: f64, d: &mut [$t], a: &[$t]) {
@@ -171,6 +206,7 @@ fn half_combine(c: Combine, a: &mut [f32], b: &[f32]) {
         Combine::Prod => zip1(a, b, |a, b| a * b),
         Combine::Min => zip1(a, b, f32::min),
         Combine::Max => zip1(a, b, f32::max),
+        _ => zip1(a, b, |x, y| float_int_op!(f32, c, x, y)),
     }
 }
 
@@ -548,9 +584,76 @@ mod tests {
     }
 
     #[test]
+    fn bitwise_and_logical_ops() {
+        let (a, b) = ([0b1100u8, 0, 7, 0], [0b1010u8, 9, 0, 0]);
+        assert_eq!(
+            red(Datatype::U8, Combine::BitAnd, &a, &b),
+            vec![0b1000, 0, 0, 0]
+        );
+        assert_eq!(
+            red(Datatype::U8, Combine::BitOr, &a, &b),
+            vec![0b1110, 9, 7, 0]
+        );
+        assert_eq!(
+            red(Datatype::U8, Combine::BitXor, &a, &b),
+            vec![0b0110, 9, 7, 0]
+        );
+        assert_eq!(
+            red(Datatype::U8, Combine::LogicalAnd, &a, &b),
+            vec![1, 0, 0, 0]
+        );
+        assert_eq!(
+            red(Datatype::U8, Combine::LogicalOr, &a, &b),
+            vec![1, 1, 1, 0]
+        );
+        assert_eq!(
+            red(Datatype::U8, Combine::LogicalXor, &a, &b),
+            vec![0, 1, 1, 0]
+        );
+        let (x, y) = ([-1i64, i64::MIN, -2], [i64::MIN, 0, -3]);
+        assert_eq!(
+            red(Datatype::I64, Combine::BitAnd, &x, &y),
+            vec![i64::MIN, 0, -4]
+        );
+        assert_eq!(
+            red(Datatype::I64, Combine::LogicalAnd, &x, &y),
+            vec![1, 0, 1]
+        );
+        assert_eq!(
+            red(Datatype::I64, Combine::LogicalXor, &x, &y),
+            vec![0, 1, 0]
+        );
+        assert_eq!(
+            red(Datatype::I8, Combine::BitOr, &[-128i8], &[1]),
+            vec![-127]
+        );
+        // Floats never get here through the API; they get C's logical value.
+        assert_eq!(
+            red(
+                Datatype::F32,
+                Combine::LogicalOr,
+                &[0.0f32, 0.5],
+                &[0.0, 0.0]
+            ),
+            vec![0.0, 1.0]
+        );
+    }
+
+    #[test]
     fn every_dtype_and_op_runs() {
         for dtype in Datatype::ALL {
-            for c in [Combine::Sum, Combine::Prod, Combine::Min, Combine::Max] {
+            for c in [
+                Combine::Sum,
+                Combine::Prod,
+                Combine::Min,
+                Combine::Max,
+                Combine::BitAnd,
+                Combine::BitOr,
+                Combine::BitXor,
+                Combine::LogicalAnd,
+                Combine::LogicalOr,
+                Combine::LogicalXor,
+            ] {
                 let n = 37 * dtype.size();
                 let a: Vec<u8> = (0..n).map(|i| (i % 7) as u8).collect();
                 let b: Vec<u8> = (0..n).map(|i| (i % 5) as u8).collect();
