@@ -26,6 +26,8 @@ pub struct CommEntry {
     pub size: usize,
     /// An intracommunicator of more than one rank: gpucoll can take it.
     pub eligible: bool,
+    /// An intercommunicator.
+    pub inter: bool,
     gpucoll: Mutex<Slot>,
 }
 
@@ -131,6 +133,7 @@ pub fn lookup(comm: MPI_Comm) -> Result<Arc<CommEntry>, c_int> {
         rank: rank.max(0) as usize,
         size: size.max(0) as usize,
         eligible: inter == 0 && size > 1,
+        inter: inter != 0,
         gpucoll: Mutex::new(Slot::NotYet),
     });
     let value = Arc::into_raw(entry.clone()) as *mut c_void;

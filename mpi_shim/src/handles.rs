@@ -114,26 +114,39 @@ pub fn native_type(dt: MPI_Datatype) -> Option<NativeType> {
         .map(|(_, nt)| *nt)
 }
 
-/// gpucoll's op for an MPI op it has natively on `dtype`, or `None`.
+/// gpucoll's op for an MPI op it has natively on `nt`, or `None`.
 #[inline]
 pub fn native_op(op: MPI_Op, nt: NativeType) -> Option<ReduceOp> {
-    if nt.movement_only {
-        return None;
-    }
     let key = op.0 as usize;
     let code = tables().ops.iter().find(|(h, _)| *h == key)?.1;
-    op_of_code(code, nt.dtype)
+    op_of_code(code, nt)
 }
 
-fn op_of_code(code: c_int, _dtype: Datatype) -> Option<ReduceOp> {
-    match code {
-        0 => Some(ReduceOp::Sum),
-        1 => Some(ReduceOp::Prod),
-        2 => Some(ReduceOp::Min),
-        3 => Some(ReduceOp::Max),
-        // Bitwise and logical ops are staged until the engine has them.
-        _ => None,
-    }
+/// MPI allows the arithmetic ops on integers and floats, the bitwise ones
+/// on integers and bytes, the logical ones on (C) integers; gpucoll's
+/// integer-only ops reject floats, which MPI rejects too (staged, so MPI
+/// reports it as it would).
+fn op_of_code(code: c_int, nt: NativeType) -> Option<ReduceOp> {
+    let integer = !nt.dtype.is_float();
+    let op = match code {
+        0 => ReduceOp::Sum,
+        1 => ReduceOp::Prod,
+        2 => ReduceOp::Min,
+        3 => ReduceOp::Max,
+        4 => ReduceOp::BitAnd,
+        5 => ReduceOp::BitOr,
+        6 => ReduceOp::BitXor,
+        7 => ReduceOp::LogicalAnd,
+        8 => ReduceOp::LogicalOr,
+        9 => ReduceOp::LogicalXor,
+        _ => return None,
+    };
+    let allowed = match code {
+        0..=3 => !nt.movement_only,
+        4..=6 => integer,
+        _ => integer && !nt.movement_only,
+    };
+    allowed.then_some(op)
 }
 
 /// `MPI_IN_PLACE` of the MPI the shim was built against.
@@ -182,9 +195,20 @@ mod tests {
     }
 
     #[test]
-    fn arithmetic_ops_map() {
-        assert_eq!(op_of_code(0, Datatype::F32), Some(ReduceOp::Sum));
-        assert_eq!(op_of_code(3, Datatype::I64), Some(ReduceOp::Max));
-        assert_eq!(op_of_code(99, Datatype::I64), None);
+    fn ops_map_where_mpi_allows_them() {
+        let f32_ = native_of(FLOAT, 4).unwrap();
+        let i64_ = native_of(SIGNED, 8).unwrap();
+        let byte = native_of(BYTES, 1).unwrap();
+        assert_eq!(op_of_code(0, f32_), Some(ReduceOp::Sum));
+        assert_eq!(op_of_code(3, i64_), Some(ReduceOp::Max));
+        assert_eq!(op_of_code(4, i64_), Some(ReduceOp::BitAnd));
+        assert_eq!(op_of_code(9, i64_), Some(ReduceOp::LogicalXor));
+        // Floats have no bitwise or logical ops; bytes only bitwise ones.
+        assert_eq!(op_of_code(5, f32_), None);
+        assert_eq!(op_of_code(7, f32_), None);
+        assert_eq!(op_of_code(6, byte), Some(ReduceOp::BitXor));
+        assert_eq!(op_of_code(0, byte), None);
+        assert_eq!(op_of_code(8, byte), None);
+        assert_eq!(op_of_code(99, i64_), None);
     }
 }

@@ -143,13 +143,19 @@ pub unsafe fn nonblocking(
         Err(e) => return errors::fail(comm, call, &gpucoll::Error::Backend(e)),
     };
     let Some(device) = n.device else {
+        // Host buffers (test mode): gpucoll's host backend has no streams,
+        // so the collective runs now; the request completes through the
+        // completion calls like a device request.
         // SAFETY: forwarded from this function's contract.
-        let code = match unsafe { run(&n, coll, count as u64, None) } {
-            Ok(()) => 0,
-            Err(e) => errors::fail(comm, call, &e),
+        return match unsafe { run(&n, coll, count as u64, None) } {
+            // SAFETY: `request` is writable (caller's contract).
+            Ok(()) => unsafe { requests::start_pending(None, n.comm, call, request) },
+            Err(e) => {
+                // SAFETY: as above.
+                unsafe { *request = mpi_sys::RSMPI_REQUEST_NULL };
+                errors::fail(comm, call, &e)
+            }
         };
-        // SAFETY: `request` is writable (caller's contract).
-        return unsafe { requests::start_done(code, request) };
     };
     let queued = cuda::shim_stream(device)
         .map_err(gpucoll::Error::Backend)
@@ -160,7 +166,7 @@ pub unsafe fn nonblocking(
         });
     match queued {
         // SAFETY: `request` is writable (caller's contract).
-        Ok(event) => unsafe { requests::start_pending(event, n.comm, call, request) },
+        Ok(event) => unsafe { requests::start_pending(Some(event), n.comm, call, request) },
         Err(e) => errors::fail(comm, call, &e),
     }
 }

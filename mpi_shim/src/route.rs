@@ -71,6 +71,7 @@ pub fn log(call: &str, route: &str, why: &str) {
 
 enum Tentative {
     Pmpi(&'static str),
+    Refused(&'static str),
     Staged(i32, &'static str),
     Native(Arc<CommEntry>, NativeType, ReduceOp),
 }
@@ -87,8 +88,18 @@ fn tentative(f: &Facts, device: Option<i32>, entry: Option<&Arc<CommEntry>>) -> 
         Some(e) => e,
         None => return Tentative::Pmpi("communicator rejected by MPI"),
     };
+    if entry.inter {
+        // Staging would need the remote group's layouts (MPI_ROOT,
+        // remote-size blocks); refusing is safer than a wrong copy.
+        return match device {
+            Some(_) => Tentative::Refused(
+                "device buffers on an intercommunicator are not supported by gpucoll_mpi",
+            ),
+            None => Tentative::Pmpi("intercommunicator"),
+        };
+    }
     if !entry.eligible {
-        return fallback(device, "intercommunicator or single rank");
+        return fallback(device, "single-rank communicator");
     }
     if let Some(root) = f.root {
         if root < 0 || root as usize >= entry.size {
@@ -187,6 +198,10 @@ pub fn decide(f: &Facts) -> Route {
         Tentative::Pmpi(why) => {
             log(f.call, "pmpi", why);
             Route::Pmpi
+        }
+        Tentative::Refused(why) => {
+            errors::log_failure(f.call, why);
+            Route::Failed(errors::raise(f.comm, mpi_sys::MPI_ERR_COMM as c_int))
         }
         Tentative::Staged(d, why) => {
             log(f.call, "staged", why);

@@ -1,5 +1,5 @@
 //! Device memory gpucoll cannot take (derived datatypes, pair types,
-//! MAXLOC/MINLOC, user ops, intercommunicators, single-rank communicators,
+//! MAXLOC/MINLOC, user ops, single-rank communicators,
 //! uneven v-forms): copied to pinned host memory, handed to `PMPI_` as host
 //! buffers, and the results copied back. Correct on an MPI that knows
 //! nothing about GPUs.
