@@ -178,6 +178,22 @@ fn cases() -> Vec<Case> {
     v.push(Case::new("topology::sim2_n4", 4, "topology").env("GPUCOLL_SIM_NODES", "2"));
     v.push(Case::new("topology::sim3_n6", 6, "topology").env("GPUCOLL_SIM_NODES", "3"));
     v.push(Case::new("topology::n3", 3, "topology"));
+    // gpucoll's own MPI traffic (bootstrap, NET proxy, reference) must use
+    // PMPI_ names only: MPI_* of a preloaded library abort here.
+    let trap = pmpi::trap_env();
+    let mut trapped = vec![
+        Case::new("pmpi::coll_sim2_n4", 4, "coll")
+            .env("GPUCOLL_SIM_NODES", "2")
+            .env(
+                "GPUCOLL_TEST_PARAMS",
+                format!("colls={ALL_COLLS};dtypes=i32,f64;sizes=0,1,4099"),
+            ),
+        Case::new("pmpi::split_dup_n4", 4, "split_dup"),
+    ];
+    for c in &mut trapped {
+        c.env.extend(trap.iter().cloned());
+    }
+    v.extend(trapped);
     v
 }
 
@@ -186,6 +202,7 @@ fn main() {
 }
 
 fn worker(scenario: &str) -> std::result::Result<(), String> {
+    pmpi::check_trap()?;
     let universe = ok(gpucoll::initialize(), "initialize");
     let world = ok(universe.world(), "universe.world()");
     let r = match scenario {

@@ -1,5 +1,6 @@
 //! The thin layer over `mpi-sys`: return codes become [`Error::Mpi`], and the
-//! `RSMPI_*` link-time constants become plain functions.
+//! `RSMPI_*` link-time constants become plain functions. Every function
+//! called is a `PMPI_` entry point (see the re-export at the end).
 //!
 //! Nothing here knows about communicators' lifetimes; the safe wrappers in
 //! the parent module do.
@@ -20,7 +21,7 @@ pub(crate) fn error_string(code: c_int) -> String {
     let mut len: c_int = 0;
     // SAFETY: `buf` holds MPI_MAX_ERROR_STRING chars as the standard requires;
     // MPI_Error_string may be called at any time.
-    let rc = unsafe { sys::MPI_Error_string(code, buf.as_mut_ptr(), &mut len) };
+    let rc = unsafe { sys::PMPI_Error_string(code, buf.as_mut_ptr(), &mut len) };
     if rc != SUCCESS {
         return format!("unknown MPI error {code}");
     }
@@ -133,11 +134,17 @@ pub(crate) fn empty_status() -> MPI_Status {
 }
 
 /// Re-export of the raw functions the wrappers call (one place to audit).
+///
+/// Only the `PMPI_` profiling entry points: a library preloaded to intercept
+/// `MPI_*` (the gpucoll MPI shim, a tracer) must never see gpucoll's own
+/// bootstrap, NET proxy or reference traffic, or it would call back into
+/// itself. `tests/mpi_collectives.rs` (`pmpi::*`) preloads a library whose
+/// `MPI_*` of these names abort, to keep it that way.
 pub(crate) use sys::{
-    MPI_Allgather, MPI_Allreduce, MPI_Alltoall, MPI_Barrier, MPI_Bcast, MPI_Cancel, MPI_Comm_dup,
-    MPI_Comm_free, MPI_Comm_rank, MPI_Comm_set_errhandler, MPI_Comm_size, MPI_Comm_split,
-    MPI_Comm_split_type, MPI_Finalize, MPI_Finalized, MPI_Gather, MPI_Get_count,
-    MPI_Get_library_version, MPI_Get_processor_name, MPI_Get_version, MPI_Iallgather,
-    MPI_Init_thread, MPI_Initialized, MPI_Irecv, MPI_Isend, MPI_Query_thread, MPI_Reduce,
-    MPI_Reduce_scatter_block, MPI_Request_free, MPI_Scatter, MPI_Test, RSMPI_Wtime,
+    PMPI_Allgather, PMPI_Allreduce, PMPI_Alltoall, PMPI_Barrier, PMPI_Bcast, PMPI_Cancel,
+    PMPI_Comm_dup, PMPI_Comm_free, PMPI_Comm_rank, PMPI_Comm_set_errhandler, PMPI_Comm_size,
+    PMPI_Comm_split, PMPI_Comm_split_type, PMPI_Finalize, PMPI_Finalized, PMPI_Gather,
+    PMPI_Get_count, PMPI_Get_library_version, PMPI_Get_processor_name, PMPI_Get_version,
+    PMPI_Iallgather, PMPI_Init_thread, PMPI_Initialized, PMPI_Irecv, PMPI_Isend, PMPI_Query_thread,
+    PMPI_Reduce, PMPI_Reduce_scatter_block, PMPI_Request_free, PMPI_Scatter, PMPI_Test, PMPI_Wtime,
 };

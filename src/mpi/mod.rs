@@ -7,6 +7,15 @@
 //! and check arguments. Every communicator gpucoll creates has
 //! `MPI_ERRORS_RETURN` set, so MPI failures come back as errors instead of
 //! aborting the job.
+//!
+//! Every MPI function is called through its `PMPI_` name (the MPI profiling
+//! interface), never `MPI_`: a library that intercepts `MPI_*` by
+//! `LD_PRELOAD` or by being linked ahead of MPI (gpucoll's own MPI shim, a
+//! tracing tool) therefore never sees, nor re-enters through, gpucoll's
+//! bootstrap exchanges, its NET proxy's point-to-point traffic or the
+//! reference collectives. Only the link-time constants (`RSMPI_*` handles)
+//! come from mpi-sys's C helper. Error messages still name the `MPI_` call,
+//! as users know it.
 
 pub(crate) mod ffi;
 mod typed;
@@ -25,7 +34,7 @@ use std::time::{Duration, Instant};
 pub fn is_initialized() -> bool {
     let mut flag: c_int = 0;
     // SAFETY: MPI_Initialized may be called at any time, from any thread.
-    let rc = unsafe { ffi::MPI_Initialized(&mut flag) };
+    let rc = unsafe { ffi::PMPI_Initialized(&mut flag) };
     rc == 0 && flag != 0
 }
 
@@ -33,7 +42,7 @@ pub fn is_initialized() -> bool {
 pub fn is_finalized() -> bool {
     let mut flag: c_int = 0;
     // SAFETY: MPI_Finalized may be called at any time, from any thread.
-    let rc = unsafe { ffi::MPI_Finalized(&mut flag) };
+    let rc = unsafe { ffi::PMPI_Finalized(&mut flag) };
     rc == 0 && flag != 0
 }
 
@@ -59,7 +68,7 @@ fn require_usable(what: &str) -> Result<()> {
 /// Wall-clock time in seconds (`MPI_Wtime`).
 pub fn wtime() -> f64 {
     // SAFETY: MPI_Wtime takes no arguments and only reads a clock.
-    unsafe { ffi::RSMPI_Wtime() }
+    unsafe { ffi::PMPI_Wtime() }
 }
 
 fn threading_to_raw(t: Threading) -> c_int {
@@ -89,7 +98,7 @@ pub(crate) fn init_thread(required: Threading) -> Result<Threading> {
     // SAFETY: NULL argc/argv are allowed since MPI-2; the caller checked that
     // MPI is neither initialized nor finalized.
     let rc = unsafe {
-        ffi::MPI_Init_thread(
+        ffi::PMPI_Init_thread(
             std::ptr::null_mut(),
             std::ptr::null_mut(),
             threading_to_raw(required),
@@ -105,7 +114,7 @@ pub(crate) fn query_thread() -> Result<Threading> {
     require_usable("MPI_Query_thread")?;
     let mut provided: c_int = 0;
     // SAFETY: MPI is initialized (checked above); `provided` is a valid out pointer.
-    let rc = unsafe { ffi::MPI_Query_thread(&mut provided) };
+    let rc = unsafe { ffi::PMPI_Query_thread(&mut provided) };
     ffi::check("MPI_Query_thread", rc)?;
     Ok(threading_from_raw(provided))
 }
@@ -114,7 +123,7 @@ pub(crate) fn query_thread() -> Result<Threading> {
 pub(crate) fn finalize() -> Result<()> {
     require_usable("MPI_Finalize")?;
     // SAFETY: MPI is initialized and not finalized (checked above).
-    let rc = unsafe { ffi::MPI_Finalize() };
+    let rc = unsafe { ffi::PMPI_Finalize() };
     ffi::check("MPI_Finalize", rc)
 }
 
@@ -122,7 +131,7 @@ pub(crate) fn finalize() -> Result<()> {
 pub(crate) fn version() -> Result<(i32, i32)> {
     let (mut v, mut s): (c_int, c_int) = (0, 0);
     // SAFETY: valid out pointers; MPI_Get_version may be called at any time.
-    let rc = unsafe { ffi::MPI_Get_version(&mut v, &mut s) };
+    let rc = unsafe { ffi::PMPI_Get_version(&mut v, &mut s) };
     ffi::check("MPI_Get_version", rc)?;
     Ok((v, s))
 }
@@ -142,7 +151,7 @@ pub(crate) fn library_version() -> Result<String> {
     let mut buf = vec![0 as c_char; 8192];
     let mut len: c_int = 0;
     // SAFETY: `buf` is larger than MPI_MAX_LIBRARY_VERSION_STRING; valid out pointers.
-    let rc = unsafe { ffi::MPI_Get_library_version(buf.as_mut_ptr(), &mut len) };
+    let rc = unsafe { ffi::PMPI_Get_library_version(buf.as_mut_ptr(), &mut len) };
     ffi::check("MPI_Get_library_version", rc)?;
     let s = c_string(&buf, len);
     Ok(s.lines().next().unwrap_or("").trim().to_string())
@@ -154,7 +163,7 @@ pub(crate) fn processor_name() -> Result<String> {
     let mut buf = vec![0 as c_char; 4096];
     let mut len: c_int = 0;
     // SAFETY: `buf` is larger than MPI_MAX_PROCESSOR_NAME; MPI is initialized.
-    let rc = unsafe { ffi::MPI_Get_processor_name(buf.as_mut_ptr(), &mut len) };
+    let rc = unsafe { ffi::PMPI_Get_processor_name(buf.as_mut_ptr(), &mut len) };
     ffi::check("MPI_Get_processor_name", rc)?;
     Ok(c_string(&buf, len))
 }
@@ -224,10 +233,10 @@ impl MpiComm {
     fn query_rank_size(raw: MPI_Comm) -> Result<(usize, usize)> {
         let (mut rank, mut size): (c_int, c_int) = (0, 0);
         // SAFETY: `raw` is a valid communicator and MPI is initialized (callers check).
-        let rc = unsafe { ffi::MPI_Comm_rank(raw, &mut rank) };
+        let rc = unsafe { ffi::PMPI_Comm_rank(raw, &mut rank) };
         ffi::check("MPI_Comm_rank", rc)?;
         // SAFETY: as above.
-        let rc = unsafe { ffi::MPI_Comm_size(raw, &mut size) };
+        let rc = unsafe { ffi::PMPI_Comm_size(raw, &mut size) };
         ffi::check("MPI_Comm_size", rc)?;
         Ok((rank.max(0) as usize, size.max(0) as usize))
     }
@@ -243,7 +252,7 @@ impl MpiComm {
             keep_alive,
         };
         // SAFETY: `raw` is a valid communicator we own; MPI is initialized.
-        let rc = unsafe { ffi::MPI_Comm_set_errhandler(raw, ffi::errors_return()) };
+        let rc = unsafe { ffi::PMPI_Comm_set_errhandler(raw, ffi::errors_return()) };
         ffi::check("MPI_Comm_set_errhandler", rc)?;
         let (rank, size) = Self::query_rank_size(raw)?;
         comm.rank = rank;
@@ -271,7 +280,7 @@ impl MpiComm {
         require_usable("MPI_Comm_dup")?;
         let mut new = ffi::comm_null();
         // SAFETY: `self.raw` is valid for the lifetime of `self`; `new` is an out pointer.
-        let rc = unsafe { ffi::MPI_Comm_dup(self.raw, &mut new) };
+        let rc = unsafe { ffi::PMPI_Comm_dup(self.raw, &mut new) };
         ffi::check("MPI_Comm_dup", rc)?;
         Self::adopt(new, self.keep_alive.clone())
     }
@@ -288,7 +297,7 @@ impl MpiComm {
         };
         let mut new = ffi::comm_null();
         // SAFETY: `self.raw` is valid; `new` is an out pointer.
-        let rc = unsafe { ffi::MPI_Comm_split(self.raw, color, key, &mut new) };
+        let rc = unsafe { ffi::PMPI_Comm_split(self.raw, color, key, &mut new) };
         ffi::check("MPI_Comm_split", rc)?;
         if new == ffi::comm_null() {
             return Ok(None);
@@ -304,7 +313,7 @@ impl MpiComm {
         let mut new = ffi::comm_null();
         // SAFETY: `self.raw` is valid; `new` is an out pointer.
         let rc = unsafe {
-            ffi::MPI_Comm_split_type(
+            ffi::PMPI_Comm_split_type(
                 self.raw,
                 ffi::comm_type_shared(),
                 key,
@@ -351,7 +360,7 @@ impl MpiComm {
     pub fn barrier(&self) -> Result<()> {
         require_usable("MPI_Barrier")?;
         // SAFETY: `self.raw` is a valid communicator.
-        let rc = unsafe { ffi::MPI_Barrier(self.raw) };
+        let rc = unsafe { ffi::PMPI_Barrier(self.raw) };
         ffi::check("MPI_Barrier", rc)
     }
 
@@ -369,7 +378,7 @@ impl MpiComm {
         // SAFETY: `mine` holds n bytes, `recv` holds size*n bytes; both live
         // across this blocking call; `self.raw` is valid.
         let rc = unsafe {
-            ffi::MPI_Allgather(
+            ffi::PMPI_Allgather(
                 mine.as_ptr() as *const c_void,
                 n,
                 ffi::byte_type(),
@@ -399,7 +408,7 @@ impl MpiComm {
         // SAFETY: both buffers are heap allocations that stay alive until the
         // request completes, or forever (leaked) if it does not.
         let rc = unsafe {
-            ffi::MPI_Iallgather(
+            ffi::PMPI_Iallgather(
                 send.as_ptr() as *const c_void,
                 n,
                 ffi::byte_type(),
@@ -416,7 +425,7 @@ impl MpiComm {
         loop {
             let mut flag: c_int = 0;
             // SAFETY: `req` is the active request started above.
-            let rc = unsafe { ffi::MPI_Test(&mut req, &mut flag, ffi::status_ignore()) };
+            let rc = unsafe { ffi::PMPI_Test(&mut req, &mut flag, ffi::status_ignore()) };
             if let Err(e) = ffi::check("MPI_Test", rc) {
                 // The request's state is unknown: keep its buffers alive.
                 std::mem::forget(send);
@@ -453,7 +462,7 @@ impl MpiComm {
         let n = count_i32(buf.len())?;
         // SAFETY: `buf` holds n bytes and lives across this blocking call.
         let rc = unsafe {
-            ffi::MPI_Bcast(
+            ffi::PMPI_Bcast(
                 buf.as_mut_ptr() as *mut c_void,
                 n,
                 ffi::byte_type(),
@@ -504,7 +513,7 @@ impl MpiComm {
         let mut req = ffi::request_null();
         // SAFETY: the caller guarantees `buf` is readable for `len` bytes until completion.
         let rc = unsafe {
-            ffi::MPI_Isend(
+            ffi::PMPI_Isend(
                 buf as *const c_void,
                 n,
                 ffi::byte_type(),
@@ -538,7 +547,7 @@ impl MpiComm {
         let mut req = ffi::request_null();
         // SAFETY: the caller guarantees `buf` is writable for `cap` bytes until completion.
         let rc = unsafe {
-            ffi::MPI_Irecv(
+            ffi::PMPI_Irecv(
                 buf as *mut c_void,
                 n,
                 ffi::byte_type(),
@@ -561,7 +570,7 @@ impl Drop for MpiComm {
         let mut raw = self.raw;
         // SAFETY: we own `raw`, MPI is initialized and not finalized; after
         // this call the handle is never used again.
-        let rc = unsafe { ffi::MPI_Comm_free(&mut raw) };
+        let rc = unsafe { ffi::PMPI_Comm_free(&mut raw) };
         if let Err(e) = ffi::check("MPI_Comm_free", rc) {
             tracing::debug!("freeing an MPI communicator failed: {e}");
         }
@@ -635,14 +644,14 @@ impl MpiRequest {
         let mut flag: c_int = 0;
         let mut status = ffi::empty_status();
         // SAFETY: `self.raw` is an active request owned by `self`; `status` is a valid out pointer.
-        let rc = unsafe { ffi::MPI_Test(&mut self.raw, &mut flag, &mut status) };
+        let rc = unsafe { ffi::PMPI_Test(&mut self.raw, &mut flag, &mut status) };
         ffi::check("MPI_Test", rc)?;
         if flag == 0 {
             return Ok(None);
         }
         let mut count: c_int = 0;
         // SAFETY: `status` was filled in by the successful MPI_Test above.
-        let rc = unsafe { ffi::MPI_Get_count(&status, ffi::byte_type(), &mut count) };
+        let rc = unsafe { ffi::PMPI_Get_count(&status, ffi::byte_type(), &mut count) };
         ffi::check("MPI_Get_count", rc)?;
         let n = count.max(0) as usize;
         self.completed = Some(n);
@@ -667,7 +676,7 @@ impl MpiRequest {
             return true;
         }
         // SAFETY: `self.raw` is an active request owned by `self`.
-        let rc = unsafe { ffi::MPI_Cancel(&mut self.raw) };
+        let rc = unsafe { ffi::PMPI_Cancel(&mut self.raw) };
         if let Err(e) = ffi::check("MPI_Cancel", rc) {
             tracing::debug!("cancelling an MPI request failed: {e}");
         }
@@ -676,14 +685,14 @@ impl MpiRequest {
         while !self.is_null() {
             let mut flag: c_int = 0;
             // SAFETY: `self.raw` is still an active request owned by `self`.
-            let rc = unsafe { ffi::MPI_Test(&mut self.raw, &mut flag, ffi::status_ignore()) };
+            let rc = unsafe { ffi::PMPI_Test(&mut self.raw, &mut flag, ffi::status_ignore()) };
             if rc != 0 || flag != 0 {
                 break;
             }
             if start.elapsed() >= timeout {
                 // SAFETY: `self.raw` is active; freeing it lets MPI finish it
                 // in the background; the handle is not used afterwards.
-                let rc = unsafe { ffi::MPI_Request_free(&mut self.raw) };
+                let rc = unsafe { ffi::PMPI_Request_free(&mut self.raw) };
                 if let Err(e) = ffi::check("MPI_Request_free", rc) {
                     tracing::debug!("freeing an MPI request failed: {e}");
                 }

@@ -132,7 +132,7 @@ impl MpiComm {
             // SAFETY: [off, off+k) lies within both slices (equal lengths);
             // the call is blocking and the slices outlive it.
             let rc = unsafe {
-                ffi::MPI_Allreduce(
+                ffi::PMPI_Allreduce(
                     send.as_ptr().add(off) as *const c_void,
                     recv.as_mut_ptr().add(off) as *mut c_void,
                     k,
@@ -172,7 +172,7 @@ impl MpiComm {
             // SAFETY: [off, off+k) lies within `send` (and `recv` at the root;
             // MPI ignores the receive buffer elsewhere); the call is blocking.
             let rc = unsafe {
-                ffi::MPI_Reduce(
+                ffi::PMPI_Reduce(
                     send.as_ptr().add(off) as *const c_void,
                     out as *mut c_void,
                     k,
@@ -195,7 +195,7 @@ impl MpiComm {
             let k = count_i32(k)?;
             // SAFETY: [off, off+k) lies within `buf`; the call is blocking.
             let rc = unsafe {
-                ffi::MPI_Bcast(
+                ffi::PMPI_Bcast(
                     buf.as_mut_ptr().add(off) as *mut c_void,
                     k,
                     dt_of::<T>(),
@@ -220,7 +220,7 @@ impl MpiComm {
         debug_assert_eq!(recv.len(), send.len() * self.size);
         // SAFETY: `send` holds n elements, `recv` n*size; the call is blocking.
         let rc = unsafe {
-            ffi::MPI_Allgather(
+            ffi::PMPI_Allgather(
                 send.as_ptr() as *const c_void,
                 n,
                 dt_of::<T>(),
@@ -271,7 +271,7 @@ impl MpiComm {
         debug_assert_eq!(send.len(), recv.len() * self.size);
         // SAFETY: `send` holds k*size elements, `recv` k; the call is blocking.
         let rc = unsafe {
-            ffi::MPI_Reduce_scatter_block(
+            ffi::PMPI_Reduce_scatter_block(
                 send.as_ptr() as *const c_void,
                 recv.as_mut_ptr() as *mut c_void,
                 k,
@@ -320,7 +320,7 @@ impl MpiComm {
         debug_assert_eq!(recv.len(), k * self.size);
         // SAFETY: both buffers hold k*size elements; the call is blocking.
         let rc = unsafe {
-            ffi::MPI_Alltoall(
+            ffi::PMPI_Alltoall(
                 send.as_ptr() as *const c_void,
                 kc,
                 dt_of::<T>(),
@@ -376,7 +376,7 @@ impl MpiComm {
         // SAFETY: `send` holds n elements; at the root `recv` holds n*size
         // (checked by the caller), elsewhere MPI ignores it; blocking call.
         let rc = unsafe {
-            ffi::MPI_Gather(
+            ffi::PMPI_Gather(
                 send.as_ptr() as *const c_void,
                 n,
                 dt_of::<T>(),
@@ -432,7 +432,7 @@ impl MpiComm {
         // SAFETY: `recv` holds n elements; at the root `send` holds n*size
         // (checked by the caller), elsewhere MPI ignores it; blocking call.
         let rc = unsafe {
-            ffi::MPI_Scatter(
+            ffi::PMPI_Scatter(
                 send.as_ptr() as *const c_void,
                 n,
                 dt_of::<T>(),

@@ -9,6 +9,8 @@
 //!   oracle for what MPI cannot reduce (f16/bf16, Avg, PreMulSum).
 #![allow(dead_code)]
 
+pub mod pmpi;
+
 use gpucoll::prelude::*;
 use std::fmt::Debug;
 use std::io::Write;

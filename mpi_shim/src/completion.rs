@@ -1,0 +1,210 @@
+//! The completion family. For a shim request the call first makes the
+//! generalized request complete once its GPU work finished (waiting for it
+//! where the call blocks), then hands everything to `PMPI_`; ordinary
+//! requests go to `PMPI_` untouched. Calls that wait for "any" or "some" of
+//! a mixed array poll both kinds until one completes.
+
+use crate::requests;
+use crate::settings;
+use mpi_sys::{MPI_Request, MPI_Status};
+use std::ffi::c_int;
+
+/// Whether the shim must look at the requests of this call.
+#[inline]
+fn watching() -> bool {
+    settings::active() && requests::any_outstanding()
+}
+
+/// # Safety
+/// As `MPI_Wait`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_Status) -> c_int {
+    if watching() && !request.is_null() {
+        // SAFETY: MPI's contract: `request` is readable.
+        requests::progress(unsafe { *request }, true);
+    }
+    // SAFETY: forwarded unchanged.
+    unsafe { mpi_sys::PMPI_Wait(request, status) }
+}
+
+/// # Safety
+/// As `MPI_Test`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Test(
+    request: *mut MPI_Request,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    if watching() && !request.is_null() {
+        requests::reap_detached();
+        // SAFETY: MPI's contract: `request` is readable.
+        requests::progress(unsafe { *request }, false);
+    }
+    // SAFETY: forwarded unchanged.
+    unsafe { mpi_sys::PMPI_Test(request, flag, status) }
+}
+
+/// # Safety
+/// As `MPI_Waitall`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Waitall(
+    count: c_int,
+    requests: *mut MPI_Request,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    if watching() {
+        // SAFETY: MPI's contract: `count` readable handles.
+        unsafe { requests::progress_all(count, requests, true) };
+    }
+    // SAFETY: forwarded unchanged.
+    unsafe { mpi_sys::PMPI_Waitall(count, requests, statuses) }
+}
+
+/// # Safety
+/// As `MPI_Testall`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Testall(
+    count: c_int,
+    requests: *mut MPI_Request,
+    flag: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    if watching() {
+        // SAFETY: MPI's contract: `count` readable handles.
+        unsafe { requests::progress_all(count, requests, false) };
+    }
+    // SAFETY: forwarded unchanged.
+    unsafe { mpi_sys::PMPI_Testall(count, requests, flag, statuses) }
+}
+
+/// # Safety
+/// As `MPI_Testany`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Testany(
+    count: c_int,
+    requests: *mut MPI_Request,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    if watching() {
+        // SAFETY: MPI's contract: `count` readable handles.
+        unsafe { requests::progress_all(count, requests, false) };
+    }
+    // SAFETY: forwarded unchanged.
+    unsafe { mpi_sys::PMPI_Testany(count, requests, index, flag, status) }
+}
+
+/// # Safety
+/// As `MPI_Testsome`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Testsome(
+    incount: c_int,
+    requests: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    if watching() {
+        // SAFETY: MPI's contract: `incount` readable handles.
+        unsafe { requests::progress_all(incount, requests, false) };
+    }
+    // SAFETY: forwarded unchanged.
+    unsafe { mpi_sys::PMPI_Testsome(incount, requests, outcount, indices, statuses) }
+}
+
+/// # Safety
+/// As `MPI_Waitany`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Waitany(
+    count: c_int,
+    requests: *mut MPI_Request,
+    index: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: MPI's contract: `count` readable handles.
+    if !watching() || !unsafe { requests::progress_all(count, requests, false) } {
+        // SAFETY: forwarded unchanged.
+        return unsafe { mpi_sys::PMPI_Waitany(count, requests, index, status) };
+    }
+    let mut flag: c_int = 0;
+    loop {
+        // SAFETY: forwarded unchanged; `flag` is a valid out-pointer.
+        let rc = unsafe { mpi_sys::PMPI_Testany(count, requests, index, &mut flag, status) };
+        if rc != 0 || flag != 0 {
+            return rc;
+        }
+        std::thread::yield_now();
+        // SAFETY: as above.
+        unsafe { requests::progress_all(count, requests, false) };
+    }
+}
+
+/// # Safety
+/// As `MPI_Waitsome`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Waitsome(
+    incount: c_int,
+    requests: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: MPI's contract: `incount` readable handles.
+    if !watching() || !unsafe { requests::progress_all(incount, requests, false) } {
+        // SAFETY: forwarded unchanged.
+        return unsafe { mpi_sys::PMPI_Waitsome(incount, requests, outcount, indices, statuses) };
+    }
+    loop {
+        // SAFETY: forwarded unchanged.
+        let rc = unsafe { mpi_sys::PMPI_Testsome(incount, requests, outcount, indices, statuses) };
+        // SAFETY: MPI wrote `outcount` (a count, or MPI_UNDEFINED).
+        if rc != 0 || outcount.is_null() || unsafe { *outcount } != 0 {
+            return rc;
+        }
+        std::thread::yield_now();
+        // SAFETY: as above.
+        unsafe { requests::progress_all(incount, requests, false) };
+    }
+}
+
+/// # Safety
+/// As `MPI_Request_get_status`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_get_status(
+    request: MPI_Request,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    if watching() {
+        requests::progress(request, false);
+    }
+    // SAFETY: forwarded unchanged.
+    unsafe { mpi_sys::PMPI_Request_get_status(request, flag, status) }
+}
+
+/// # Safety
+/// As `MPI_Request_free`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
+    if watching() && !request.is_null() {
+        // SAFETY: MPI's contract: `request` is readable.
+        let r = unsafe { *request };
+        if requests::is_shim(r) {
+            requests::detach(r);
+        }
+    }
+    // SAFETY: forwarded unchanged.
+    unsafe { mpi_sys::PMPI_Request_free(request) }
+}
+
+/// Collectives cannot be cancelled; a shim request's cancel callback leaves
+/// it to complete normally, as MPI's own collective requests do.
+///
+/// # Safety
+/// As `MPI_Cancel`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
+    // SAFETY: forwarded unchanged.
+    unsafe { mpi_sys::PMPI_Cancel(request) }
+}
