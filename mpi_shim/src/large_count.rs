@@ -18,8 +18,7 @@ use std::slice;
 use mpi_sys as ffi;
 use mpi_sys::{MPI_Aint, MPI_Comm, MPI_Count};
 
-/// Open MPI's C `MPI_IN_PLACE` (`((void *) 1)`), which mpi-sys does not export.
-const C_IN_PLACE: *const c_void = 1 as *const c_void;
+use crate::handles::is_in_place;
 
 /// Raises `code` on `comm` (its error handler decides: abort, or return) and returns it.
 fn raise(comm: MPI_Comm, code: u32, what: &str) -> c_int {
@@ -196,7 +195,7 @@ fn all_counts(
     comm: MPI_Comm,
 ) -> Result<(c_int, c_int), c_int> {
     Ok((
-        count_if(sendcount, sendbuf != C_IN_PLACE, comm)?,
+        count_if(sendcount, !is_in_place(sendbuf), comm)?,
         count(recvcount, comm)?,
     ))
 }
@@ -210,7 +209,7 @@ fn gather_counts(
     comm: MPI_Comm,
 ) -> Result<(c_int, c_int), c_int> {
     let role = role(root, comm)?;
-    let sends = role.member && !(role.root && sendbuf == C_IN_PLACE);
+    let sends = role.member && !(role.root && is_in_place(sendbuf));
     Ok((
         count_if(sendcount, sends, comm)?,
         count_if(recvcount, role.root, comm)?,
@@ -226,7 +225,7 @@ fn scatter_counts(
     comm: MPI_Comm,
 ) -> Result<(c_int, c_int), c_int> {
     let role = role(root, comm)?;
-    let receives = role.member && !(role.root && recvbuf == C_IN_PLACE);
+    let receives = role.member && !(role.root && is_in_place(recvbuf));
     Ok((
         count_if(sendcount, role.root, comm)?,
         count_if(recvcount, receives, comm)?,
@@ -246,7 +245,7 @@ unsafe fn gatherv_args(
     comm: MPI_Comm,
 ) -> Result<(c_int, IntArrays), c_int> {
     let role = role(root, comm)?;
-    let sends = role.member && !(role.root && sendbuf == C_IN_PLACE);
+    let sends = role.member && !(role.root && is_in_place(sendbuf));
     let sendcount = count_if(sendcount, sends, comm)?;
     let arrays = if role.root {
         let peers = group_size(comm, Group::Peers)?;
@@ -271,7 +270,7 @@ unsafe fn scatterv_args(
     comm: MPI_Comm,
 ) -> Result<(IntArrays, c_int), c_int> {
     let role = role(root, comm)?;
-    let receives = role.member && !(role.root && recvbuf == C_IN_PLACE);
+    let receives = role.member && !(role.root && is_in_place(recvbuf));
     let recvcount = count_if(recvcount, receives, comm)?;
     let arrays = if role.root {
         let peers = group_size(comm, Group::Peers)?;
@@ -294,7 +293,7 @@ unsafe fn allgatherv_args(
     displs: *const MPI_Aint,
     comm: MPI_Comm,
 ) -> Result<(c_int, IntArrays), c_int> {
-    let sendcount = count_if(sendcount, sendbuf != C_IN_PLACE, comm)?;
+    let sendcount = count_if(sendcount, !is_in_place(sendbuf), comm)?;
     let peers = group_size(comm, Group::Peers)?;
     // SAFETY: one entry per peer, per the contract.
     let arrays = unsafe { IntArrays::convert(recvcounts, displs, peers, comm)? };
@@ -314,7 +313,7 @@ unsafe fn alltoallv_args(
     comm: MPI_Comm,
 ) -> Result<(IntArrays, IntArrays), c_int> {
     let peers = group_size(comm, Group::Peers)?;
-    let send = if sendbuf == C_IN_PLACE {
+    let send = if is_in_place(sendbuf) {
         IntArrays::unused()
     } else {
         // SAFETY: one entry per peer, per the contract.

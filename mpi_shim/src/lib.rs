@@ -15,7 +15,9 @@
 //! decision), `plans` (per-collective argument mapping), `exec`, `native`,
 //! `staging` (carrying a plan out), `requests` and `completion`
 //! (generalized requests and the Wait/Test family), `blocking`, `vector`,
-//! `nonblocking` and `init` (the exported entry points), `errors`.
+//! `nonblocking` and `init` (the exported entry points), `errors`;
+//! `fortran` (Open MPI's Fortran entry points, calling the C exports) and
+//! `large_count` (the MPI-4 `MPI_*_c` forms, calling the C exports).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![allow(non_snake_case)]
 

@@ -23,11 +23,6 @@ use mpi_sys as ffi;
 /// Fortran's default `INTEGER`, the type of every Fortran handle and count.
 pub(crate) type Fint = ffi::RSMPI_Fint;
 
-/// Open MPI's C `MPI_IN_PLACE`: `((void *) 1)` in `mpi.h` of 4.1 through main.
-/// mpi-sys does not export it; MPICH uses `(void *) -1`, but this module is for
-/// Open MPI only (see the module doc).
-pub(crate) const C_IN_PLACE: *mut c_void = 1 as *mut c_void;
-
 /// The C `MPI_BOTTOM` of Open MPI and MPICH alike.
 const C_BOTTOM: *mut c_void = ptr::null_mut();
 
@@ -103,7 +98,7 @@ pub(crate) fn buffer(address: *mut c_void) -> *mut c_void {
     let sentinels = sentinels();
     let key = address as usize;
     if sentinels.in_place.contains(&key) {
-        C_IN_PLACE
+        crate::handles::in_place()
     } else if sentinels.bottom.contains(&key) {
         C_BOTTOM
     } else {

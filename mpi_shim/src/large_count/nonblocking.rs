@@ -74,8 +74,7 @@ pub unsafe extern "C" fn MPI_Iallgather_c(
 ) -> c_int {
     code(
         all_counts(sendbuf, sendcount, recvcount, comm).map(|(sn, rn)| {
-            // SAFETY: the caller's arguments, with the counts narrowed losslessly (count arrays:
-            // see the module doc of `large_count`).
+            // SAFETY: the caller's arguments, with the counts narrowed losslessly.
             unsafe {
                 ffi::MPI_Iallgather(sendbuf, sn, sendtype, recvbuf, rn, recvtype, comm, request)
             }
@@ -141,8 +140,7 @@ pub unsafe extern "C" fn MPI_Ialltoall_c(
 ) -> c_int {
     code(
         all_counts(sendbuf, sendcount, recvcount, comm).map(|(sn, rn)| {
-            // SAFETY: the caller's arguments, with the counts narrowed losslessly (count arrays:
-            // see the module doc of `large_count`).
+            // SAFETY: the caller's arguments, with the counts narrowed losslessly.
             unsafe {
                 ffi::MPI_Ialltoall(sendbuf, sn, sendtype, recvbuf, rn, recvtype, comm, request)
             }
@@ -164,8 +162,7 @@ pub unsafe extern "C" fn MPI_Igather_c(
 ) -> c_int {
     code(
         gather_counts(sendbuf, sendcount, recvcount, root, comm).map(|(sn, rn)| {
-            // SAFETY: the caller's arguments, with the counts narrowed losslessly (count arrays:
-            // see the module doc of `large_count`).
+            // SAFETY: the caller's arguments, with the counts narrowed losslessly.
             unsafe {
                 ffi::MPI_Igather(
                     sendbuf, sn, sendtype, recvbuf, rn, recvtype, root, comm, request,
@@ -189,8 +186,7 @@ pub unsafe extern "C" fn MPI_Iscatter_c(
 ) -> c_int {
     code(
         scatter_counts(recvbuf, sendcount, recvcount, root, comm).map(|(sn, rn)| {
-            // SAFETY: the caller's arguments, with the counts narrowed losslessly (count arrays:
-            // see the module doc of `large_count`).
+            // SAFETY: the caller's arguments, with the counts narrowed losslessly.
             unsafe {
                 ffi::MPI_Iscatter(
                     sendbuf, sn, sendtype, recvbuf, rn, recvtype, root, comm, request,
