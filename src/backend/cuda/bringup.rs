@@ -21,9 +21,9 @@ use super::net::{self, NetLayout, NetProxy};
 use super::shm::{self, Segment};
 use super::state::Inner;
 use crate::config::Config;
-use crate::mpi::Threading;
 use crate::error::{Error, Result};
 use crate::mpi::MpiComm;
+use crate::mpi::Threading;
 use crate::topo::Topology;
 use std::sync::{Arc, Mutex};
 
