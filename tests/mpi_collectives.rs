@@ -1032,10 +1032,16 @@ fn immediate_raw_checks(world: &Communicator, fails: &mut Vec<String>) {
         fails.push("raw request: test() after completion returned false".into());
     }
     ok(second.wait(), "RawRequest::wait");
-    let r3 = Some(r_buf.raw_mut());
+    // MPI's rule: only the root reduces in place; the others send their block.
+    let at_root = rank == root;
+    let (s3, r3) = if at_root {
+        (None, Some(r_buf.raw_mut()))
+    } else {
+        (Some(r_buf.raw()), None)
+    };
     // SAFETY: as above; the request is dropped (which waits) before use.
     let dropped = unsafe {
-        world.immediate_raw_collective(CollKind::Reduce, None, r3, ReduceOp::Max, root, true)
+        world.immediate_raw_collective(CollKind::Reduce, s3, r3, ReduceOp::Max, root, at_root)
     };
     drop(ok(dropped, "immediate_raw_collective(reduce in place)"));
     let mut e = poisoned::<u32>(a.len());
