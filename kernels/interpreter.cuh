@@ -61,7 +61,7 @@ __device__ __forceinline__ void packs(const PieceShared& s, const GcArgs& a, uin
     for (int u = 0; u < U; u++) x[u] = ld_vol128(s.rp[r] + (k + u * nt) * 16);
     if (have) {
 #pragma unroll
-      for (int u = 0; u < U; u++) combine_pack<T, OP>(acc[u], x[u]);
+      for (int u = 0; u < U; u++) combine_pack<T, OP>(acc[u], x[u], a.op);
     } else {
 #pragma unroll
       for (int u = 0; u < U; u++) acc[u] = x[u];
@@ -102,7 +102,7 @@ __device__ void compute(const PieceShared& s, const GcArgs& a) {
     T v = elem_value_first<T>(s, i, a, have);
     for (int r = 0; r < s.nr; r++) {
       T x = ld_vol_elem(reinterpret_cast<const T*>(s.rp[r]) + i);
-      v = have ? combine<T, OP>(v, x) : x;
+      v = have ? combine<T, OP>(v, x, a.op) : x;
       have = 1;
     }
     if (s.post) v = Arith<T>::div(v, a.div);

@@ -52,7 +52,7 @@ __device__ __forceinline__ void direct_packs(const GcDirectArgs& a, uint64_t off
       for (int u = 0; u < U; u++) acc[u] = x[u];
     } else {
 #pragma unroll
-      for (int u = 0; u < U; u++) combine_pack<T, OP>(acc[u], x[u]);
+      for (int u = 0; u < U; u++) combine_pack<T, OP>(acc[u], x[u], a.op);
     }
   }
   if (a.flags & GC_FLAG_POST_OP) {
@@ -189,7 +189,7 @@ __device__ void direct_simple(const GcDirectArgs& a, uint64_t e, uint64_t poff, 
       } else {
         x = ld_vol_elem(reinterpret_cast<const T*>(a.get_data[p] + poff + off) + i);
       }
-      acc = p == 0 ? x : combine<T, OP>(acc, x);
+      acc = p == 0 ? x : combine<T, OP>(acc, x, a.op);
     }
     if (a.flags & GC_FLAG_POST_OP) acc = Arith<T>::div(acc, a.div);
     reinterpret_cast<T*>(a.output + off)[i] = acc;
@@ -276,7 +276,7 @@ __device__ void direct_ll(const GcDirectArgs& a, uint64_t e, uint64_t poff, int*
       T x[E8];
       memcpy(x, &w, 8);
 #pragma unroll
-      for (int j = 0; j < E8; j++) acc[j] = p == 0 ? x[j] : combine<T, OP>(acc[j], x[j]);
+      for (int j = 0; j < E8; j++) acc[j] = p == 0 ? x[j] : combine<T, OP>(acc[j], x[j], a.op);
     }
     if (aborted) break;
     if (a.flags & GC_FLAG_POST_OP) {

@@ -16,14 +16,18 @@ template <typename T, typename U> struct IntArith {
   static __device__ __forceinline__ T scale(T x, const GcArgs& a) {
     return mul(x, (T)a.iscale);
   }
-  // GC_OP_BAND .. GC_OP_LXOR; the logical ones yield 1 or 0.
-  template <uint32_t OP> static __device__ __forceinline__ T bits(T a, T b) {
-    if (OP == GC_OP_BAND) return (T)(a & b);
-    if (OP == GC_OP_BOR) return (T)(a | b);
-    if (OP == GC_OP_BXOR) return (T)(a ^ b);
-    if (OP == GC_OP_LAND) return (T)((a != 0) && (b != 0));
-    if (OP == GC_OP_LOR) return (T)((a != 0) || (b != 0));
-    return (T)((a != 0) != (b != 0));
+  // GC_OP_BAND .. GC_OP_LXOR, chosen at run time (one compiled variant
+  // for the six: they are memory-bound and rare, and a variant per op
+  // would nearly triple the kernel build); the logical ones yield 1 or 0.
+  static __device__ __forceinline__ T bits(T a, T b, uint32_t op) {
+    switch (op) {
+      case GC_OP_BAND: return (T)(a & b);
+      case GC_OP_BOR: return (T)(a | b);
+      case GC_OP_BXOR: return (T)(a ^ b);
+      case GC_OP_LAND: return (T)((a != 0) && (b != 0));
+      case GC_OP_LOR: return (T)((a != 0) || (b != 0));
+      default: return (T)((a != 0) != (b != 0));
+    }
   }
 };
 
@@ -85,12 +89,17 @@ struct ConvBF16 {
 template <> struct Arith<__half> : HalfArith<__half, ConvF16> {};
 template <> struct Arith<__nv_bfloat16> : HalfArith<__nv_bfloat16, ConvBF16> {};
 
-// The integer-only ops are instantiated for integer types only (see
-// dispatch_op), so Arith of a float needs no `bits`.
+// The compile-time op of the bitwise/logical family, whose member is the
+// run-time `rop` (a GC_OP_* code). Not an ABI value: the host never sends it.
+constexpr uint32_t GC_OP_BITS_RT = 64u;
+
+// `rop`: the launch's GC_OP_* code, read only by the bitwise/logical family,
+// which is instantiated for integer types only (see dispatch_op), so Arith
+// of a float needs no `bits`.
 template <typename T, uint32_t OP>
-__device__ __forceinline__ T combine(T a, T b) {
-  if constexpr (OP >= GC_OP_BAND) {
-    return Arith<T>::template bits<OP>(a, b);
+__device__ __forceinline__ T combine(T a, T b, uint32_t rop) {
+  if constexpr (OP == GC_OP_BITS_RT) {
+    return Arith<T>::bits(a, b, rop);
   } else {
     if (OP == GC_OP_SUM) return Arith<T>::add(a, b);
     if (OP == GC_OP_PROD) return Arith<T>::mul(a, b);
@@ -112,12 +121,12 @@ __device__ __forceinline__ void dispatch_op(uint32_t op, A&... args) {
   }
   if constexpr (std::is_integral<T>::value) {
     switch (op) {
-      case GC_OP_BAND: F<GC_OP_BAND>::run(args...); return;
-      case GC_OP_BOR: F<GC_OP_BOR>::run(args...); return;
-      case GC_OP_BXOR: F<GC_OP_BXOR>::run(args...); return;
-      case GC_OP_LAND: F<GC_OP_LAND>::run(args...); return;
-      case GC_OP_LOR: F<GC_OP_LOR>::run(args...); return;
-      case GC_OP_LXOR: F<GC_OP_LXOR>::run(args...); return;
+      case GC_OP_BAND:
+      case GC_OP_BOR:
+      case GC_OP_BXOR:
+      case GC_OP_LAND:
+      case GC_OP_LOR:
+      case GC_OP_LXOR: F<GC_OP_BITS_RT>::run(args...); return;
       default: break;
     }
   }
@@ -137,13 +146,13 @@ __device__ __forceinline__ void scale_pack(uint4& x, const GcArgs& a) {
 }
 
 template <typename T, uint32_t OP>
-__device__ __forceinline__ void combine_pack(uint4& acc, const uint4& x) {
+__device__ __forceinline__ void combine_pack(uint4& acc, const uint4& x, uint32_t rop) {
   constexpr int E = 16 / sizeof(T);
   T v[E], w[E];
   memcpy(v, &acc, 16);
   memcpy(w, &x, 16);
 #pragma unroll
-  for (int e = 0; e < E; e++) v[e] = combine<T, OP>(v[e], w[e]);
+  for (int e = 0; e < E; e++) v[e] = combine<T, OP>(v[e], w[e], rop);
   memcpy(&acc, v, 16);
 }
 
