@@ -6,7 +6,6 @@
 //! the `Drop` of the values built so far (in reverse order of creation).
 
 use super::abi::GcConn;
-use super::agree::{agree, random_tag};
 use super::backend::CudaBackend;
 use super::cache::StepStore;
 use super::caps::caps;
@@ -20,12 +19,23 @@ use super::module::Kernels;
 use super::net::{self, NetLayout, NetProxy};
 use super::shm::{self, Segment};
 use super::state::Inner;
+use crate::backend::shared::setup::{self, random_tag};
 use crate::config::Config;
-use crate::mpi::Threading;
 use crate::error::{Error, Result};
 use crate::mpi::MpiComm;
+use crate::mpi::Threading;
 use crate::topo::Topology;
 use std::sync::{Arc, Mutex};
+
+/// Whether every rank succeeded a bring-up stage (collective): our own
+/// error wins, else the ranks that failed `what` are named.
+fn agree<T>(mpi: &MpiComm, mine: Result<T>, what: &str) -> Result<T> {
+    setup::agree(mpi, mine, |failed| {
+        Error::Backend(format!(
+            "CUDA backend setup: ranks {failed:?} could not {what}"
+        ))
+    })
+}
 
 /// `GPUCOLL_P2P_DISABLE=1` (parsed, validated and agreed across ranks in
 /// [`Config`]): connectors in host shared memory instead of peer device

@@ -8,7 +8,6 @@ use crate::tune::caps::links::{
 use crate::tune::caps::BackendCaps;
 use crate::tune::Protocol;
 
-
 /// The capabilities of a backend with this agreed layout and transport.
 pub(super) fn caps(layout: &Layout, transport: Transport) -> BackendCaps {
     BackendCaps {

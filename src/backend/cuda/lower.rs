@@ -8,11 +8,11 @@ use super::layout::{
     Layout, DIRECT_BLOCK_BYTES, DIRECT_LL_BLOCK_BYTES, DIRECT_LL_MAX_BYTES, DIRECT_MAX_BLOCKS,
     DIRECT_MAX_BYTES,
 };
-use crate::task::CollKind;
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::op::Combine;
 use crate::plan::{BufId, Plan, Region, Step};
+use crate::task::CollKind;
 use crate::tune::{Algorithm, Protocol};
 use std::collections::BTreeMap;
 
@@ -124,8 +124,7 @@ pub(super) fn runs_as_oneshot(
     seq: u64,
 ) -> Result<bool> {
     let task = &plan.task;
-    if plan.algorithm != Algorithm::OneShot || task.kind != CollKind::AllReduce || task.count == 0
-    {
+    if plan.algorithm != Algorithm::OneShot || task.kind != CollKind::AllReduce || task.count == 0 {
         return Ok(false);
     }
     let bytes = task.count.saturating_mul(task.dtype.size() as u64);

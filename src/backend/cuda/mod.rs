@@ -17,7 +17,6 @@
 //! |---|---|
 //! | `backend.rs` | [`CudaBackend`] and its `Backend` implementation |
 //! | `bringup.rs` | `CudaBackend::new`: the collective bring-up stages |
-//! | `agree.rs` | bring-up consensus (`agree`) and the segment tag (`random_tag`) |
 //! | `caps.rs` | `BackendCaps` and link costs offered to the tuner |
 //! | `layout.rs` | connector memory layout, channel/slot sizing, connector tables |
 //! | `state.rs` | `Inner`, what a backend owns, and its teardown |
@@ -55,7 +54,6 @@
 //! also has an LL variant).
 
 mod abi;
-mod agree;
 mod backend;
 mod bringup;
 mod cache;

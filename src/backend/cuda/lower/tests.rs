@@ -140,7 +140,10 @@ fn the_oneshot_decision_depends_on_the_plan_alone() {
         runs_as_oneshot(&small, true, true, 1).is_err(),
         "groups never get one-shot plans"
     );
-    assert!(runs_as_oneshot(&small, false, false, 1).is_err(), "no inboxes");
+    assert!(
+        runs_as_oneshot(&small, false, false, 1).is_err(),
+        "no inboxes"
+    );
     let pairwise = plan(CollKind::AllReduce, Algorithm::Direct, 1024, Vec::new());
     assert!(!runs_as_oneshot(&pairwise, false, true, 1).unwrap());
     let ring = plan(CollKind::AllReduce, Algorithm::Ring, 1024, Vec::new());

@@ -3,9 +3,9 @@
 
 use gpucoll::backend::cuda::CudaBackend;
 use gpucoll::backend::{Backend, BoundPlan, Launch};
-use gpucoll::task::Task;
 use gpucoll::graph::Graph;
 use gpucoll::mpi::MpiComm;
+use gpucoll::task::Task;
 use gpucoll::topo::Topology;
 use gpucoll::tune::Tuner;
 use gpucoll::RawBuffer;
