@@ -117,7 +117,7 @@ impl Backend for CudaBackend {
     }
 
     fn abort(&self, reason: &str) {
-        self.inner.failure.set_aborted();
+        self.inner.failure.abort();
         if self.inner.mark_failed(format!("aborted: {reason}")) {
             tracing::warn!(rank = self.inner.rank, "cuda backend aborted: {reason}");
         }

@@ -10,7 +10,6 @@ use super::backend::CudaBackend;
 use super::cache::StepStore;
 use super::caps::caps;
 use super::driver;
-use super::failure::Failure;
 use super::handles::{EventPool, IpcMapping, Stream};
 use super::layout::*;
 use super::lower::Target;
@@ -19,6 +18,7 @@ use super::module::Kernels;
 use super::net::{self, NetLayout, NetProxy};
 use super::shm::{self, Segment};
 use super::state::Inner;
+use crate::backend::shared::failure::Failure;
 use crate::backend::shared::setup::{self, random_tag};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -228,7 +228,12 @@ fn map_segments(mpi: &MpiComm, topo: &Topology, a: &Agreed) -> Result<Vec<Arc<Se
         })
         .collect();
     let mut segs = agree(mpi, segs, "map their peers' shared memory segments")?;
-    segs[local_rank].unlink();
+    // Every peer mapped it (agreed above). A failed unlink only leaves the
+    // name for the stale-segment cleanup: not worth failing this rank
+    // alone, which would leave the others waiting in the next stage.
+    if let Err(e) = segs[local_rank].unlink() {
+        tracing::warn!(rank = topo.rank, "CUDA backend: {e}");
+    }
     let reg = (|| -> Result<()> {
         for (l, s) in segs.iter_mut().enumerate() {
             if l == local_rank || a.transport == Transport::Shm {
@@ -467,7 +472,9 @@ impl CudaBackend {
             stream,
             kernels,
             net,
-            failure: Failure::new(rank, local_rank, segs),
+            local_rank,
+            segs,
+            failure: Failure::default(),
             fifo: block,
             mpi: mpi.clone(),
             _send_conns: send_conns,

@@ -40,8 +40,7 @@ pub(super) struct Resources {
 
 impl Inner {
     fn status_word(&self, c: usize, off: usize) -> u64 {
-        self.failure
-            .own()
+        self.own()
             .read_u64(shm::STATUS_OFF + c * std::mem::size_of::<GcChanStatus>() + off)
     }
 
@@ -166,10 +165,10 @@ impl CudaPending {
                 ),
             };
         }
-        if let Some(w) = inner.failure.peer_raiser() {
-            return Error::PeerFailed(inner.failure.peer_reason(w));
+        if let Some(e) = inner.node().peer_error() {
+            return e;
         }
-        if inner.failure.is_aborted() {
+        if inner.failure.aborted() {
             return Error::Aborted;
         }
         inner
@@ -253,7 +252,7 @@ impl CudaPending {
                 self.last_sum = sum;
                 self.last_progress = now;
             }
-            if self.abort_seen.is_none() && self.inner.failure.own().abort_word() != 0 {
+            if self.abort_seen.is_none() && self.inner.own().abort_word() != 0 {
                 self.abort_seen = Some(now);
             }
             if self.abort_seen.is_none()

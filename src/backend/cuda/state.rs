@@ -3,7 +3,6 @@
 //! teardown.
 
 use super::cache::StepStore;
-use super::failure::Failure;
 use super::handles::{EventPool, IpcMapping, Stream};
 use super::lower::Target;
 use super::memory::{bind, DevMem, DeviceCtx};
@@ -11,6 +10,8 @@ use super::module::Kernels;
 use super::net::NetProxy;
 use super::order::Order;
 use super::pending::Resources;
+use super::shm::Segment;
+use crate::backend::shared::failure::{Failure, NodeSegments};
 use crate::error::Error;
 use crate::mpi::MpiComm;
 use std::sync::{Arc, Mutex};
@@ -32,9 +33,12 @@ pub(super) struct Inner {
     pub kernels: Kernels,
     /// Connectors to ranks on other nodes and their proxy thread (multi-node
     /// communicators only). Stopped in `Drop` after the teardown barrier
-    /// (declared before `failure`, whose segments the thread holds clones of).
+    /// (declared before `segs`, which the thread holds clones of).
     pub net: Option<NetProxy>,
-    /// First-error-wins failure state over the local control segments.
+    pub local_rank: usize,
+    /// Control segments of every local rank (ours at `local_rank`).
+    pub segs: Vec<Arc<Segment>>,
+    /// First error wins; published through the segments' abort words.
     pub failure: Failure,
     /// Our P2P block (heads + receive FIFOs).
     pub fifo: Option<DevMem>,
@@ -69,14 +73,41 @@ impl Inner {
         self.net.as_ref().and_then(|n| n.error())
     }
 
-    /// Why no new work may start, if so.
+    /// Our own control segment.
+    pub(super) fn own(&self) -> &Segment {
+        &self.segs[self.local_rank]
+    }
+
+    /// This node's segments, whose abort words carry failures.
+    pub(super) fn node(&self) -> NodeSegments<'_, Arc<Segment>> {
+        NodeSegments {
+            segs: &self.segs,
+            local_rank: self.local_rank,
+            rank: self.rank,
+        }
+    }
+
+    /// Why no new work may start, if so. The NET proxy's failure is
+    /// recorded first.
     pub(super) fn state_error(&self) -> Option<Error> {
-        self.failure.state_error(self.net_error())
+        if let Some(e) = self.net_error() {
+            self.mark_failed(e.to_string());
+        }
+        if let Some(e) = self.failure.error() {
+            return Some(e);
+        }
+        // A local peer that failed raised an abort word: fail before
+        // launching, or a kernel could complete from what the failed peer
+        // had already pushed before it gave up.
+        let node = self.node();
+        let reason = node.reason_of(node.raiser()?);
+        self.mark_failed(format!("peer failed: {reason}"));
+        Some(Error::PeerFailed(reason))
     }
 
     /// Mark failed (first reason wins) and raise every local abort word.
     pub(super) fn mark_failed(&self, reason: String) -> bool {
-        self.failure.mark_failed(reason)
+        self.node().fail(&self.failure, reason)
     }
 }
 
