@@ -375,14 +375,7 @@ impl CudaBackend {
         device: Option<i32>,
     ) -> Result<CudaBackend> {
         let (rank, nranks) = (topo.rank, topo.nranks);
-        if mpi.rank() != rank || mpi.size() != nranks {
-            return Err(Error::Backend(format!(
-                "topology (rank {rank} of {nranks}) does not match the MPI communicator \
-                 (rank {} of {})",
-                mpi.rank(),
-                mpi.size()
-            )));
-        }
+        setup::check_topology(&mpi, topo)?;
         // Ranks on other (real or simulated) nodes are reached through NET
         // connectors: every rank agrees on this from the topology.
         let multi = topo.nnodes() > 1;
