@@ -87,22 +87,9 @@ impl Inner {
         }
     }
 
-    /// Why no new work may start, if so. The NET proxy's failure is
-    /// recorded first.
+    /// Why no new work may start, if so (the NET proxy's failure first).
     pub(super) fn state_error(&self) -> Option<Error> {
-        if let Some(e) = self.net_error() {
-            self.mark_failed(e.to_string());
-        }
-        if let Some(e) = self.failure.error() {
-            return Some(e);
-        }
-        // A local peer that failed raised an abort word: fail before
-        // launching, or a kernel could complete from what the failed peer
-        // had already pushed before it gave up.
-        let node = self.node();
-        let reason = node.reason_of(node.raiser()?);
-        self.mark_failed(format!("peer failed: {reason}"));
-        Some(Error::PeerFailed(reason))
+        self.node().start_error(&self.failure, self.net_error())
     }
 
     /// Mark failed (first reason wins) and raise every local abort word.
