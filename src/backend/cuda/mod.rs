@@ -24,7 +24,7 @@
 //! | `staging.rs` | host buffers staged through device memory |
 //! | `lower.rs` | plan lowering to `GcStep`/`GcChan`/`GcArgs` (pure; CPU tests); the one-shot decision |
 //! | `upload.rs` | step tables and group tables copied to the device |
-//! | `cache.rs` | pooled work buffers and the step-table cache |
+//! | `cache.rs` | pooled work buffers, the step-table cache, a submission's `Resources` |
 //! | `launch.rs` | kernel launches |
 //! | `module.rs` | the embedded fatbin and its kernels |
 //! | `order.rs` | order of submissions across streams; caller-stream checks |

@@ -3,10 +3,10 @@
 //! staged host outputs back and releases the submission's resources.
 
 use super::abi::*;
-use super::cache::{CachedSteps, WorkBuf};
+use super::cache::Resources;
 use super::driver;
 use super::handles::Event;
-use super::memory::{bind, DevMem};
+use super::memory::bind;
 use super::net;
 use super::shm;
 use super::state::Inner;
@@ -26,17 +26,6 @@ const WAIT_YIELD: Duration = Duration::from_millis(2);
 /// While the work is not complete, progress, abort and timeout are checked
 /// at most this often (the completion query itself runs on every poll).
 const CHECK_EVERY: Duration = Duration::from_micros(100);
-
-/// Resources of one submission, released when it completed.
-#[derive(Default)]
-pub(super) struct Resources {
-    pub mems: Vec<DevMem>,
-    /// (host destination, device source, bytes) copied after completion.
-    pub copy_back: Vec<(u64, u64, usize)>,
-    pub work: Option<WorkBuf>,
-    /// The cached step table this submission's kernels read.
-    pub cached: Option<Arc<CachedSteps>>,
-}
 
 impl Inner {
     fn status_word(&self, c: usize, off: usize) -> u64 {

@@ -2,6 +2,7 @@
 //! shared memory, shared by the backend and its work in flight, and its
 //! teardown.
 
+use super::cache::Resources;
 use super::cache::StepStore;
 use super::handles::{EventPool, IpcMapping, Stream};
 use super::lower::Target;
@@ -9,7 +10,6 @@ use super::memory::{bind, DevMem, DeviceCtx};
 use super::module::Kernels;
 use super::net::NetProxy;
 use super::order::Order;
-use super::pending::Resources;
 use super::shm::Segment;
 use crate::backend::shared::failure::{Failure, NodeSegments};
 use crate::error::Error;
