@@ -9,6 +9,7 @@
 
 use super::driver::CUstream;
 use super::memory::bind;
+use super::order::stream_mode;
 use super::pending::ABORT_GRACE;
 use super::state::Inner;
 use super::watchdog::Watchdog;
@@ -103,9 +104,7 @@ impl Backend for CudaBackend {
 
     fn check_stream(&self, stream: u64) -> Result<()> {
         bind(self.inner.ctx.ordinal)?;
-        self.inner
-            .stream_mode(stream as usize as CUstream)
-            .map(|_| ())
+        stream_mode(&self.inner.ctx, stream as usize as CUstream).map(|_| ())
     }
 
     fn async_error(&self) -> Option<Error> {
@@ -117,7 +116,7 @@ impl Backend for CudaBackend {
     }
 
     fn abort(&self, reason: &str) {
-        self.inner.failure.set_aborted();
+        self.inner.failure.abort();
         if self.inner.mark_failed(format!("aborted: {reason}")) {
             tracing::warn!(rank = self.inner.rank, "cuda backend aborted: {reason}");
         }

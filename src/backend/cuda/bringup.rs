@@ -6,12 +6,10 @@
 //! the `Drop` of the values built so far (in reverse order of creation).
 
 use super::abi::GcConn;
-use super::agree::{agree, random_tag};
 use super::backend::CudaBackend;
 use super::cache::StepStore;
 use super::caps::caps;
 use super::driver;
-use super::failure::Failure;
 use super::handles::{EventPool, IpcMapping, Stream};
 use super::layout::*;
 use super::lower::Target;
@@ -20,12 +18,24 @@ use super::module::Kernels;
 use super::net::{self, NetLayout, NetProxy};
 use super::shm::{self, Segment};
 use super::state::Inner;
+use crate::backend::shared::failure::Failure;
+use crate::backend::shared::setup::{self, random_tag};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::mpi::MpiComm;
 use crate::mpi::Threading;
 use crate::topo::Topology;
 use std::sync::{Arc, Mutex};
+
+/// Whether every rank succeeded a bring-up stage (collective): our own
+/// error wins, else the ranks that failed `what` are named.
+fn agree<T>(mpi: &MpiComm, mine: Result<T>, what: &str) -> Result<T> {
+    setup::agree(mpi, mine, |failed| {
+        Error::Backend(format!(
+            "CUDA backend setup: ranks {failed:?} could not {what}"
+        ))
+    })
+}
 
 /// `GPUCOLL_P2P_DISABLE=1` (parsed, validated and agreed across ranks in
 /// [`Config`]): connectors in host shared memory instead of peer device
@@ -218,7 +228,12 @@ fn map_segments(mpi: &MpiComm, topo: &Topology, a: &Agreed) -> Result<Vec<Arc<Se
         })
         .collect();
     let mut segs = agree(mpi, segs, "map their peers' shared memory segments")?;
-    segs[local_rank].unlink();
+    // Every peer mapped it (agreed above). A failed unlink only leaves the
+    // name for the stale-segment cleanup: not worth failing this rank
+    // alone, which would leave the others waiting in the next stage.
+    if let Err(e) = segs[local_rank].unlink() {
+        tracing::warn!(rank = topo.rank, "CUDA backend: {e}");
+    }
     let reg = (|| -> Result<()> {
         for (l, s) in segs.iter_mut().enumerate() {
             if l == local_rank || a.transport == Transport::Shm {
@@ -360,14 +375,7 @@ impl CudaBackend {
         device: Option<i32>,
     ) -> Result<CudaBackend> {
         let (rank, nranks) = (topo.rank, topo.nranks);
-        if mpi.rank() != rank || mpi.size() != nranks {
-            return Err(Error::Backend(format!(
-                "topology (rank {rank} of {nranks}) does not match the MPI communicator \
-                 (rank {} of {})",
-                mpi.rank(),
-                mpi.size()
-            )));
-        }
+        setup::check_topology(&mpi, topo)?;
         // Ranks on other (real or simulated) nodes are reached through NET
         // connectors: every rank agrees on this from the topology.
         let multi = topo.nnodes() > 1;
@@ -457,7 +465,9 @@ impl CudaBackend {
             stream,
             kernels,
             net,
-            failure: Failure::new(rank, local_rank, segs),
+            local_rank,
+            segs,
+            failure: Failure::default(),
             fifo: block,
             mpi: mpi.clone(),
             _send_conns: send_conns,

@@ -1,7 +1,8 @@
 //! Pinned + device work buffers for step tables, pooled, and the cache of
 //! step tables already on the device (a submission whose table is
 //! byte-identical to a recent one, same plan and same buffers, reuses it
-//! and uploads nothing).
+//! and uploads nothing), and the [`Resources`] one submission holds until
+//! it completed.
 
 use super::memory::{DevMem, PinnedMem};
 use crate::error::Result;
@@ -113,4 +114,15 @@ impl StepStore {
             .unwrap_or_else(|p| p.into_inner())
             .clear();
     }
+}
+
+/// Resources of one submission, released when it completed.
+#[derive(Default)]
+pub(super) struct Resources {
+    pub mems: Vec<DevMem>,
+    /// (host destination, device source, bytes) copied after completion.
+    pub copy_back: Vec<(u64, u64, usize)>,
+    pub work: Option<WorkBuf>,
+    /// The cached step table this submission's kernels read.
+    pub cached: Option<Arc<CachedSteps>>,
 }

@@ -8,6 +8,7 @@ use super::layout::{
     Layout, DIRECT_BLOCK_BYTES, DIRECT_LL_BLOCK_BYTES, DIRECT_LL_MAX_BYTES, DIRECT_MAX_BLOCKS,
     DIRECT_MAX_BYTES,
 };
+use crate::backend::shared::validate::{self, plan_error, Limits};
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::op::Combine;
@@ -88,12 +89,6 @@ pub(super) fn op_code(c: Combine) -> u32 {
         Combine::LogicalOr => OP_LOR,
         Combine::LogicalXor => OP_LXOR,
     }
-}
-
-pub(super) fn plan_error(seq: u64, ch: usize, step: usize, msg: impl std::fmt::Display) -> Error {
-    Error::Backend(format!(
-        "invalid plan for collective #{seq}, channel {ch}, step {step}: {msg}"
-    ))
 }
 
 /// The pre-scale of integer types, as the kernel applies it.
@@ -254,6 +249,24 @@ impl Target {
             BufId::Output => output,
             BufId::Scratch => scratch,
         };
+        // An absent buffer (address 0) holds nothing a step may touch.
+        let elems = |m: Mem| if m.addr == 0 { 0 } else { m.elems };
+        let span = |m: Mem| (m.addr, m.addr.saturating_add(m.elems.saturating_mul(esize)));
+        let ((i0, i1), (o0, o1)) = (span(input), span(output));
+        validate::validate(
+            plan,
+            seq,
+            &Limits {
+                rank: self.rank,
+                nranks: n,
+                channels: self.layout.channels as usize,
+                input_elems: elems(input),
+                output_elems: elems(output),
+                scratch_elems: elems(scratch),
+                // In place (or overlapping), input and output are one memory.
+                input_writable: plan.task.in_place || (i0 < o1 && o0 < i1),
+            },
+        )?;
         let red = plan.reduction;
         let (steps, chans) = (&mut out.steps, &mut out.chans);
         let first_chan = chans.len();
@@ -264,41 +277,15 @@ impl Target {
             if cw.steps.iter().all(|s| s.count() == 0) {
                 continue;
             }
-            if ch >= self.layout.channels as usize {
-                return Err(plan_error(
-                    seq,
-                    ch,
-                    0,
-                    format!("only {} channels", self.layout.channels),
-                ));
-            }
             let first = steps.len();
             for (i, step) in cw.steps.iter().enumerate() {
                 let count = step.count();
                 if count == 0 {
                     continue;
                 }
-                let region = |r: Region| -> Result<u64> {
-                    let m = mem(r.buf);
-                    match r.offset.checked_add(count) {
-                        Some(end) if end <= m.elems && m.addr != 0 => Ok(m.addr + r.offset * esize),
-                        _ => Err(plan_error(
-                            seq,
-                            ch,
-                            i,
-                            format!(
-                                "elements {}..+{count} of the {:?} buffer, which holds {}",
-                                r.offset, r.buf, m.elems
-                            ),
-                        )),
-                    }
-                };
-                let peer = |p: usize, flow: bool| -> Result<u32> {
-                    if p >= n || (flow && p == self.rank) {
-                        return Err(plan_error(seq, ch, i, format!("peer {p} of {n} ranks")));
-                    }
-                    Ok(p as u32)
-                };
+                // Bounds and peers were validated above.
+                let region = |r: Region| mem(r.buf).addr + r.offset * esize;
+                let peer = |p: usize| p as u32;
                 let mut g = GcStep {
                     count,
                     ..GcStep::default()
@@ -313,13 +300,9 @@ impl Target {
                                 "an accumulating flow (one-shot plans run as their kernel)",
                             ));
                         }
-                        let inputs = f.recv.len() + f.src.is_some() as usize;
-                        if (!f.reduce && inputs > 1) || inputs == 0 {
-                            return Err(plan_error(seq, ch, i, "flow with a bad number of inputs"));
-                        }
                         g.kind = STEP_FLOW;
-                        g.src = f.src.map(region).transpose()?.unwrap_or(0);
-                        g.dst = f.dst.map(region).transpose()?.unwrap_or(0);
+                        g.src = f.src.map(region).unwrap_or(0);
+                        g.dst = f.dst.map(region).unwrap_or(0);
                         if f.reduce {
                             g.flags |= FLAG_REDUCE;
                             if f.pre_op && red.pre_scale.is_some() {
@@ -330,10 +313,10 @@ impl Target {
                             }
                         }
                         for (j, p) in f.recv.iter().enumerate() {
-                            g.recv[j] = peer(p, true)?;
+                            g.recv[j] = peer(p);
                         }
                         for (j, p) in f.send.iter().enumerate() {
-                            g.send[j] = peer(p, true)?;
+                            g.send[j] = peer(p);
                         }
                         g.nrecv = f.recv.len() as u32;
                         g.nsend = f.send.len() as u32;
@@ -342,10 +325,10 @@ impl Target {
                         to, src, from, dst, ..
                     } => {
                         g.kind = STEP_EXCHANGE;
-                        g.src = region(*src)?;
-                        g.dst = region(*dst)?;
-                        g.send[0] = peer(*to, false)?;
-                        g.recv[0] = peer(*from, false)?;
+                        g.src = region(*src);
+                        g.dst = region(*dst);
+                        g.send[0] = peer(*to);
+                        g.recv[0] = peer(*from);
                         g.nsend = 1;
                         g.nrecv = 1;
                     }

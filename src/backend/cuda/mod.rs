@@ -17,16 +17,14 @@
 //! |---|---|
 //! | `backend.rs` | [`CudaBackend`] and its `Backend` implementation |
 //! | `bringup.rs` | `CudaBackend::new`: the collective bring-up stages |
-//! | `agree.rs` | bring-up consensus (`agree`) and the segment tag (`random_tag`) |
 //! | `caps.rs` | `BackendCaps` and link costs offered to the tuner |
 //! | `layout.rs` | connector memory layout, channel/slot sizing, connector tables |
-//! | `state.rs` | `Inner`, what a backend owns, and its teardown |
-//! | `failure.rs` | first-error-wins failure state and the abort words |
+//! | `state.rs` | `Inner`, what a backend owns, its failure state (the shared `Failure` over the node's segments) and its teardown |
 //! | `submit.rs` | one submission: lower, upload, launch, order |
 //! | `staging.rs` | host buffers staged through device memory |
 //! | `lower.rs` | plan lowering to `GcStep`/`GcChan`/`GcArgs` (pure; CPU tests); the one-shot decision |
 //! | `upload.rs` | step tables and group tables copied to the device |
-//! | `cache.rs` | pooled work buffers and the step-table cache |
+//! | `cache.rs` | pooled work buffers, the step-table cache, a submission's `Resources` |
 //! | `launch.rs` | kernel launches |
 //! | `module.rs` | the embedded fatbin and its kernels |
 //! | `order.rs` | order of submissions across streams; caller-stream checks |
@@ -35,7 +33,7 @@
 //! | `handles.rs` | owning driver handles (module, stream, event, IPC mapping, host registration) |
 //! | `driver.rs` | the driver API wrappers; result codes to `Error::Cuda`/`Error::OutOfMemory` |
 //! | `memory.rs` | contexts, device/pinned memory, [`DeviceBuffer`] |
-//! | `shm.rs` | the per-rank control segments in `/dev/shm` |
+//! | `shm.rs` | the per-rank control segments in `/dev/shm` (on `shared::shm::Mapping`) |
 //! | `net.rs` | NET connectors: layout and the proxy's state machine (`net/thread.rs`: the proxy thread and NET block) |
 //! | `stream.rs` | [`CudaStream`], [`CudaGraph`] |
 //! | `abi.rs` | the structs and constants shared with `kernels/coll.cu` |
@@ -55,13 +53,11 @@
 //! also has an LL variant).
 
 mod abi;
-mod agree;
 mod backend;
 mod bringup;
 mod cache;
 mod caps;
 pub(crate) mod driver;
-mod failure;
 mod handles;
 mod launch;
 mod layout;

@@ -5,7 +5,7 @@
 
 use super::driver::{self, CUstream, Capture};
 use super::handles::Event;
-use super::state::Inner;
+use super::memory::DeviceCtx;
 use crate::error::{Error, Result};
 
 /// The stream of the last submission and the event that marks its end.
@@ -34,49 +34,47 @@ impl Order {
     }
 }
 
-impl Inner {
-    /// Check a caller's stream: same context as ours, not in a failed
-    /// capture. Returns its capture state.
-    pub(super) fn stream_mode(&self, s: CUstream) -> Result<Capture> {
-        let ctx = driver::stream_context(s)?;
-        if ctx != self.ctx.ctx {
-            return Err(Error::InvalidUsage(format!(
-                "the CUDA stream belongs to another context than this communicator's \
-                 (the primary context of GPU {})",
-                self.ctx.ordinal
-            )));
-        }
-        match driver::stream_capture(s)? {
-            Capture::Invalidated => Err(Error::InvalidUsage(
-                "the CUDA stream is in an invalidated graph capture; end the capture first".into(),
-            )),
-            c => Ok(c),
-        }
+/// Check a caller's stream: same context as `ctx`, not in a failed
+/// capture. Returns its capture state.
+pub(super) fn stream_mode(ctx: &DeviceCtx, s: CUstream) -> Result<Capture> {
+    if driver::stream_context(s)? != ctx.ctx {
+        return Err(Error::InvalidUsage(format!(
+            "the CUDA stream belongs to another context than this communicator's \
+             (the primary context of GPU {})",
+            ctx.ordinal
+        )));
     }
+    match driver::stream_capture(s)? {
+        Capture::Invalidated => Err(Error::InvalidUsage(
+            "the CUDA stream is in an invalidated graph capture; end the capture first".into(),
+        )),
+        c => Ok(c),
+    }
+}
 
-    /// Before queuing on `s`: if the previous submission went to another
-    /// stream, make `s` wait for it on the device (its kernels use the same
-    /// connectors). Not used while `s` is being captured: a replay's order
-    /// with other collectives of this communicator is the caller's to keep.
-    /// Returns whether `s` now waits for another stream.
-    pub(super) fn order_before(&self, s: CUstream) -> Result<bool> {
+impl Order {
+    /// Before queuing on `s` (`own`: the backend's stream): if the previous
+    /// submission went to another stream, make `s` wait for it on the
+    /// device (its kernels use the same connectors). Not used while `s` is
+    /// being captured: a replay's order with other collectives of this
+    /// communicator is the caller's to keep. Returns whether `s` now waits
+    /// for another stream.
+    pub(super) fn before(&mut self, s: CUstream, own: CUstream) -> Result<bool> {
         let key = s as usize as u64;
-        let own = self.stream.raw();
-        let mut o = self.order.lock().unwrap_or_else(|p| p.into_inner());
-        match o.last {
+        match self.last {
             Some(prev) if prev != key => {
-                let e = o.event()?.raw();
+                let e = self.event()?.raw();
                 // Our own stream holds only our work: mark its end now. A
                 // caller's stream had the event recorded after our work.
                 if prev == own as usize as u64 {
                     driver::event_record(e, own)?;
                 }
                 driver::stream_wait_event(s, e)?;
-                o.last = Some(key);
+                self.last = Some(key);
                 Ok(true)
             }
             _ => {
-                o.last = Some(key);
+                self.last = Some(key);
                 Ok(false)
             }
         }
@@ -84,9 +82,8 @@ impl Inner {
 
     /// After queuing on a caller's stream `s`: mark the end of our work
     /// there, for the next submission on another stream to wait on.
-    pub(super) fn order_after(&self, s: CUstream) -> Result<()> {
-        let mut o = self.order.lock().unwrap_or_else(|p| p.into_inner());
-        let e = o.event()?.raw();
+    pub(super) fn after(&mut self, s: CUstream) -> Result<()> {
+        let e = self.event()?.raw();
         driver::event_record(e, s)
     }
 }

@@ -3,10 +3,10 @@
 //! staged host outputs back and releases the submission's resources.
 
 use super::abi::*;
-use super::cache::{CachedSteps, WorkBuf};
+use super::cache::Resources;
 use super::driver;
 use super::handles::Event;
-use super::memory::{bind, DevMem};
+use super::memory::bind;
 use super::net;
 use super::shm;
 use super::state::Inner;
@@ -27,21 +27,9 @@ const WAIT_YIELD: Duration = Duration::from_millis(2);
 /// at most this often (the completion query itself runs on every poll).
 const CHECK_EVERY: Duration = Duration::from_micros(100);
 
-/// Resources of one submission, released when it completed.
-#[derive(Default)]
-pub(super) struct Resources {
-    pub mems: Vec<DevMem>,
-    /// (host destination, device source, bytes) copied after completion.
-    pub copy_back: Vec<(u64, u64, usize)>,
-    pub work: Option<WorkBuf>,
-    /// The cached step table this submission's kernels read.
-    pub cached: Option<Arc<CachedSteps>>,
-}
-
 impl Inner {
     fn status_word(&self, c: usize, off: usize) -> u64 {
-        self.failure
-            .own()
+        self.own()
             .read_u64(shm::STATUS_OFF + c * std::mem::size_of::<GcChanStatus>() + off)
     }
 
@@ -166,10 +154,10 @@ impl CudaPending {
                 ),
             };
         }
-        if let Some(w) = inner.failure.peer_raiser() {
-            return Error::PeerFailed(inner.failure.peer_reason(w));
+        if let Some(e) = inner.node().peer_error() {
+            return e;
         }
-        if inner.failure.is_aborted() {
+        if inner.failure.aborted() {
             return Error::Aborted;
         }
         inner
@@ -253,7 +241,7 @@ impl CudaPending {
                 self.last_sum = sum;
                 self.last_progress = now;
             }
-            if self.abort_seen.is_none() && self.inner.failure.own().abort_word() != 0 {
+            if self.abort_seen.is_none() && self.inner.own().abort_word() != 0 {
                 self.abort_seen = Some(now);
             }
             if self.abort_seen.is_none()

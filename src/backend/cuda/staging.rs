@@ -2,10 +2,10 @@
 //! (and outputs copied back on completion); device buffers of this GPU pass
 //! through.
 
+use super::cache::Resources;
 use super::driver;
 use super::lower::Mem;
 use super::memory::DevMem;
-use super::pending::Resources;
 use super::state::Inner;
 use crate::buffer::{MemoryKind, RawBuffer};
 use crate::error::{Error, Result};

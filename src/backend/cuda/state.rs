@@ -2,15 +2,16 @@
 //! shared memory, shared by the backend and its work in flight, and its
 //! teardown.
 
+use super::cache::Resources;
 use super::cache::StepStore;
-use super::failure::Failure;
 use super::handles::{EventPool, IpcMapping, Stream};
 use super::lower::Target;
 use super::memory::{bind, DevMem, DeviceCtx};
 use super::module::Kernels;
 use super::net::NetProxy;
 use super::order::Order;
-use super::pending::Resources;
+use super::shm::Segment;
+use crate::backend::shared::failure::{Failure, NodeSegments};
 use crate::error::Error;
 use crate::mpi::MpiComm;
 use std::sync::{Arc, Mutex};
@@ -32,9 +33,12 @@ pub(super) struct Inner {
     pub kernels: Kernels,
     /// Connectors to ranks on other nodes and their proxy thread (multi-node
     /// communicators only). Stopped in `Drop` after the teardown barrier
-    /// (declared before `failure`, whose segments the thread holds clones of).
+    /// (declared before `segs`, which the thread holds clones of).
     pub net: Option<NetProxy>,
-    /// First-error-wins failure state over the local control segments.
+    pub local_rank: usize,
+    /// Control segments of every local rank (ours at `local_rank`).
+    pub segs: Vec<Arc<Segment>>,
+    /// First error wins; published through the segments' abort words.
     pub failure: Failure,
     /// Our P2P block (heads + receive FIFOs).
     pub fifo: Option<DevMem>,
@@ -69,14 +73,28 @@ impl Inner {
         self.net.as_ref().and_then(|n| n.error())
     }
 
-    /// Why no new work may start, if so.
+    /// Our own control segment.
+    pub(super) fn own(&self) -> &Segment {
+        &self.segs[self.local_rank]
+    }
+
+    /// This node's segments, whose abort words carry failures.
+    pub(super) fn node(&self) -> NodeSegments<'_, Arc<Segment>> {
+        NodeSegments {
+            segs: &self.segs,
+            local_rank: self.local_rank,
+            rank: self.rank,
+        }
+    }
+
+    /// Why no new work may start, if so (the NET proxy's failure first).
     pub(super) fn state_error(&self) -> Option<Error> {
-        self.failure.state_error(self.net_error())
+        self.node().start_error(&self.failure, self.net_error())
     }
 
     /// Mark failed (first reason wins) and raise every local abort word.
     pub(super) fn mark_failed(&self, reason: String) -> bool {
-        self.failure.mark_failed(reason)
+        self.node().fail(&self.failure, reason)
     }
 }
 

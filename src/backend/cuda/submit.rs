@@ -2,11 +2,13 @@
 //! launch the kernels on our stream or the caller's, and hand back the
 //! [`CudaPending`] that completes it.
 
+use super::cache::Resources;
 use super::driver::{self, CUstream, Capture};
 use super::launch;
 use super::lower::{runs_as_oneshot, Item, Lowered, Mem};
 use super::memory::{bind, DevMem};
-use super::pending::{CudaPending, Resources};
+use super::order::{stream_mode, Order};
+use super::pending::CudaPending;
 use super::state::Inner;
 use crate::backend::Launch;
 use crate::buffer::MemoryKind;
@@ -14,6 +16,11 @@ use crate::error::{Error, Result};
 use std::sync::Arc;
 
 impl Inner {
+    /// The order of submissions across streams.
+    fn order(&self) -> std::sync::MutexGuard<'_, Order> {
+        self.order.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Queue `launch`. A `blocking` submission records no event: its caller
     /// waits for the whole stream at once (holding the engine's sequence
     /// lock, so nothing is queued after it meanwhile).
@@ -42,7 +49,7 @@ impl Inner {
             Some(s) => s as usize as CUstream,
             None => self.stream.raw(),
         };
-        let captured = user && self.stream_mode(stream)? == Capture::Active;
+        let captured = user && stream_mode(&self.ctx, stream)? == Capture::Active;
         // Allocations while a stream is captured must not invalidate it.
         let _relaxed = if captured {
             Some(driver::RelaxedCapture::enter()?)
@@ -75,7 +82,8 @@ impl Inner {
             // work, not when it was queued behind the caller's own kernels.
             pending.started = Some(self.events.take()?);
         }
-        if !captured && self.order_before(stream)? && pending.started.is_none() {
+        let waits = !captured && self.order().before(stream, self.stream.raw())?;
+        if waits && pending.started.is_none() {
             // Our own stream now waits for work on a caller's stream, which
             // may still be queued behind the caller's kernels: start the
             // timeout clock only when that wait is over.
@@ -138,7 +146,7 @@ impl Inner {
             driver::event_record(e.raw(), stream)?;
         }
         if user && !captured {
-            self.order_after(stream)?;
+            self.order().after(stream)?;
         }
         if captured {
             if let Some(r) = pending.res.take() {

@@ -3,10 +3,10 @@
 //! copies are queued on the submission's stream ahead of its kernels.
 
 use super::abi::{GcArgs, GcChan, GcStep};
+use super::cache::Resources;
 use super::cache::{CachedSteps, STEP_CACHE_MAX_BYTES};
 use super::driver::{self, CUstream};
 use super::lower::{group_parts, Item, Lowered};
-use super::pending::Resources;
 use super::state::Inner;
 use crate::datatype::Datatype;
 use crate::error::Result;

@@ -25,7 +25,7 @@ pub(crate) mod shm;
 pub(crate) mod worker;
 
 use crate::backend::shared::failure::{Failure, NodeSegments};
-use crate::backend::shared::setup::{agree, random_tag};
+use crate::backend::shared::setup::{self, agree, random_tag};
 use crate::backend::{Backend, Launch, PendingWork};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -213,14 +213,7 @@ impl HostBackend {
         threaded: bool,
     ) -> Result<HostBackend> {
         let (rank, nranks) = (topo.rank, topo.nranks);
-        if mpi.rank() != rank || mpi.size() != nranks {
-            return Err(Error::Backend(format!(
-                "topology (rank {rank} of {nranks}) does not match the MPI communicator \
-                 (rank {} of {})",
-                mpi.rank(),
-                mpi.size()
-            )));
-        }
+        setup::check_topology(&mpi, topo)?;
         // Point-to-point traffic gets its own communicator so that its tags
         // never meet anyone else's messages.
         let comm = if topo.nnodes() > 1 {

@@ -131,6 +131,23 @@ impl<S: AsRef<Mapping>> NodeSegments<'_, S> {
         self.raiser()
             .map(|who| Error::PeerFailed(self.reason_of(who)))
     }
+
+    /// Why no new work may start, if so: `pending` (a failure found
+    /// elsewhere, e.g. a transport thread's) is recorded first; a recorded
+    /// failure or abort gives `CommunicatorFailed`; a local peer's raised
+    /// abort word gives `PeerFailed` and fails us too, so that no launch
+    /// completes from what the failed peer had pushed before it gave up.
+    pub(crate) fn start_error(&self, failure: &Failure, pending: Option<Error>) -> Option<Error> {
+        if let Some(e) = pending {
+            self.fail(failure, e.to_string());
+        }
+        if let Some(e) = failure.error() {
+            return Some(e);
+        }
+        let reason = self.reason_of(self.raiser()?);
+        self.fail(failure, format!("peer failed: {reason}"));
+        Some(Error::PeerFailed(reason))
+    }
 }
 
 #[cfg(test)]
@@ -178,5 +195,45 @@ mod tests {
                 matches!(node(l).peer_error(), Some(Error::PeerFailed(r)) if r == "rank 11: boom")
             );
         }
+    }
+
+    #[test]
+    fn new_work_stops_at_the_first_failure_of_the_node() {
+        let tag = 0xfa12_0000_0000_0000 | std::process::id() as u64;
+        let mut segs: Vec<Mapping> = (0..3)
+            .map(|l| {
+                let name = segment_name(SegOwner::Cuda, std::process::id(), tag, l);
+                Mapping::create(&name, CONTROL_BYTES).unwrap()
+            })
+            .collect();
+        for s in &mut segs {
+            s.unlink().unwrap();
+        }
+        let node = |local_rank| NodeSegments {
+            segs: &segs,
+            local_rank,
+            rank: local_rank,
+        };
+        let (me, peer, other) = (Failure::default(), Failure::default(), Failure::default());
+        assert!(node(0).start_error(&me, None).is_none());
+        // A transport failure is recorded before anything else.
+        let e = node(2).start_error(&other, Some(Error::PeerFailed("link down".into())));
+        assert!(matches!(e, Some(Error::CommunicatorFailed(r)) if r.contains("link down")));
+        assert!(node(1).fail(&peer, "kernel error".into()));
+        // Rank 2's raise came first and is what local rank 0 sees.
+        let e = node(0).start_error(&me, None);
+        assert!(
+            matches!(&e, Some(Error::PeerFailed(r)) if r.contains("link down")),
+            "{e:?}"
+        );
+        assert!(
+            matches!(me.error(), Some(Error::CommunicatorFailed(r)) if r.starts_with("peer failed: "))
+        );
+        let aborted = Failure::default();
+        aborted.abort();
+        assert!(matches!(
+            node(1).start_error(&aborted, None),
+            Some(Error::CommunicatorFailed(r)) if r == "aborted"
+        ));
     }
 }

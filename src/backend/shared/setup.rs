@@ -4,6 +4,21 @@
 
 use crate::error::{Error, Result};
 use crate::mpi::MpiComm;
+use crate::topo::Topology;
+
+/// A backend is built for the communicator its topology describes.
+pub(crate) fn check_topology(mpi: &MpiComm, topo: &Topology) -> Result<()> {
+    if mpi.rank() != topo.rank || mpi.size() != topo.nranks {
+        return Err(Error::Backend(format!(
+            "topology (rank {} of {}) does not match the MPI communicator (rank {} of {})",
+            topo.rank,
+            topo.nranks,
+            mpi.rank(),
+            mpi.size()
+        )));
+    }
+    Ok(())
+}
 
 /// A random u64 without extra dependencies: std's hasher keys are random
 /// per process; mixed with the time and pid for good measure. Rank 0's

@@ -2,6 +2,7 @@
 
 use super::super::shm::Segment;
 use super::*;
+use crate::backend::shared::shm::Mapping;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -491,7 +492,7 @@ fn mpi_proxy_streams() {
     world.barrier().unwrap();
     // A raised abort word halts the proxy: a newly staged piece stays.
     if rank == 0 {
-        seg.raise_abort(0);
+        AsRef::<Mapping>::as_ref(&*seg).raise_abort(0);
         std::thread::sleep(Duration::from_millis(20));
         assert!(sim.send(1, 0, 8, &[9; 8]));
         std::thread::sleep(Duration::from_millis(50));

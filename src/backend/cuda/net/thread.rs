@@ -5,6 +5,7 @@
 use super::{NetLayout, NetMem, Proxy, CANCEL_WAIT};
 use crate::backend::cuda::memory::PinnedMem;
 use crate::backend::cuda::shm::Segment;
+use crate::backend::shared::failure::NodeSegments;
 use crate::error::{Error, Result};
 use crate::mpi::MpiComm;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -227,7 +228,7 @@ fn run(
             Ok(false) => {}
             Err(e) => {
                 tracing::warn!(rank, "NET proxy failed: {e}");
-                own.write_reason(&format!("rank {rank}: {e}"));
+                let reason = e.to_string();
                 {
                     let mut slot = shared.error.lock().unwrap_or_else(|p| p.into_inner());
                     if slot.is_none() {
@@ -235,10 +236,14 @@ fn run(
                     }
                 }
                 shared.failed.store(true, Ordering::Release);
-                // Make this node's kernels leave (they poll the abort word).
-                for s in &segs {
-                    s.raise_abort(local_rank);
-                }
+                // Our reason, then every local abort word: this node's
+                // kernels leave (they poll it).
+                let node = NodeSegments {
+                    segs: &segs,
+                    local_rank,
+                    rank,
+                };
+                node.publish(&reason);
                 halted = true;
                 continue;
             }
