@@ -381,6 +381,12 @@ static void batch(int method, size_t n, MPI_Comm world, MPI_Comm dup, unsigned v
     for (int i = 0; i < k; i++)
         memset(&stat[i], 0, sizeof stat[i]);
     complete(method, k, reqs, stat, what);
+    /* The send of the point-to-point exchange was freed while active, so
+     * its buffer may be released only once the receiver has the message:
+     * every rank completed its receive when the barrier ends. Without it a
+     * rank frees the buffer while MPI may still copy from it (a rendezvous
+     * send continues when the receiver's ack arrives). */
+    MPI_Barrier(world);
     for (int i = 0; i < k; i++) {
         /* statuses of collectives are not defined; of receives they are,
          * except with MPI_Wait in reverse and *all (all filled) */
