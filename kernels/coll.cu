@@ -6,7 +6,8 @@
 //   fifo.cuh         the connector protocol (thread 0 of a block)
 //   interpreter.cuh  the step interpreter (gc_run_*: Flow and Exchange steps)
 //   oneshot.cuh      the direct one-shot all_reduce (gc_direct_ar_*)
-// Entry points: one kernel per datatype and path, resolved by name.
+// Entry points: one kernel per datatype and path, resolved by name; signed
+// integers run on the unsigned kernel of their width (see GC_OP_SIGNED).
 #include "gpucoll.cuh"
 #include "interpreter.cuh"
 #include "oneshot.cuh"
@@ -16,11 +17,8 @@
 #define GC_DIRECT_KERNEL(name, T) \
   extern "C" __global__ void __launch_bounds__(GC_THREADS, 1) name(GcDirectArgs a) { direct_all_reduce_op<T>(a); }
 
-GC_DIRECT_KERNEL(gc_direct_ar_i8, int8_t)
 GC_DIRECT_KERNEL(gc_direct_ar_u8, uint8_t)
-GC_DIRECT_KERNEL(gc_direct_ar_i32, int32_t)
 GC_DIRECT_KERNEL(gc_direct_ar_u32, uint32_t)
-GC_DIRECT_KERNEL(gc_direct_ar_i64, int64_t)
 GC_DIRECT_KERNEL(gc_direct_ar_u64, uint64_t)
 GC_DIRECT_KERNEL(gc_direct_ar_f16, __half)
 GC_DIRECT_KERNEL(gc_direct_ar_bf16, __nv_bfloat16)
@@ -32,11 +30,8 @@ GC_DIRECT_KERNEL(gc_direct_ar_f64, double)
 #define GC_KERNEL(name, T) \
   extern "C" __global__ void __launch_bounds__(GC_THREADS, 1) name(GcArgs a) { run_block<T, 8>(a); }
 
-GC_KERNEL(gc_run_i8, int8_t)
 GC_KERNEL(gc_run_u8, uint8_t)
-GC_KERNEL(gc_run_i32, int32_t)
 GC_KERNEL(gc_run_u32, uint32_t)
-GC_KERNEL(gc_run_i64, int64_t)
 GC_KERNEL(gc_run_u64, uint64_t)
 GC_KERNEL(gc_run_f16, __half)
 GC_KERNEL(gc_run_bf16, __nv_bfloat16)

@@ -28,6 +28,12 @@
 #define GC_OP_LAND 7u
 #define GC_OP_LOR 8u
 #define GC_OP_LXOR 9u
+// ORed into the op of signed integer data, which runs on the unsigned kernel
+// of its width (one kernel per width keeps the build short): add, mul, the
+// pre-op scale and the bitwise and logical ops are the same bits either way;
+// min, max and the post-op division read this bit.
+#define GC_OP_SIGNED 256u
+#define GC_OP_MASK 255u
 
 // Error codes written into GcChanStatus::code.
 #define GC_ERR_NONE 0u

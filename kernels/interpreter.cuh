@@ -70,7 +70,7 @@ __device__ __forceinline__ void packs(const PieceShared& s, const GcArgs& a, uin
   }
   if (s.post) {
 #pragma unroll
-    for (int u = 0; u < U; u++) div_pack<T>(acc[u], a.div);
+    for (int u = 0; u < U; u++) div_pack<T>(acc[u], a.div, a.op);
   }
   for (int w = 0; w < s.nw; w++) {
 #pragma unroll
@@ -105,7 +105,7 @@ __device__ void compute(const PieceShared& s, const GcArgs& a) {
       v = have ? combine<T, OP>(v, x, a.op) : x;
       have = 1;
     }
-    if (s.post) v = Arith<T>::div(v, a.div);
+    if (s.post) v = Arith<T>::div(v, a.div, a.op);
     for (int w = 0; w < s.nw; w++) reinterpret_cast<T*>(s.wp[w])[i] = v;
   }
 }

@@ -57,7 +57,7 @@ __device__ __forceinline__ void direct_packs(const GcDirectArgs& a, uint64_t off
   }
   if (a.flags & GC_FLAG_POST_OP) {
 #pragma unroll
-    for (int u = 0; u < U; u++) div_pack<T>(acc[u], a.div);
+    for (int u = 0; u < U; u++) div_pack<T>(acc[u], a.div, a.op);
   }
 #pragma unroll
   for (int u = 0; u < U; u++) *reinterpret_cast<uint4*>(a.output + off + (k + u * nt) * 16) = acc[u];
@@ -191,7 +191,7 @@ __device__ void direct_simple(const GcDirectArgs& a, uint64_t e, uint64_t poff, 
       }
       acc = p == 0 ? x : combine<T, OP>(acc, x, a.op);
     }
-    if (a.flags & GC_FLAG_POST_OP) acc = Arith<T>::div(acc, a.div);
+    if (a.flags & GC_FLAG_POST_OP) acc = Arith<T>::div(acc, a.div, a.op);
     reinterpret_cast<T*>(a.output + off)[i] = acc;
   }
 }
@@ -281,7 +281,7 @@ __device__ void direct_ll(const GcDirectArgs& a, uint64_t e, uint64_t poff, int*
     if (aborted) break;
     if (a.flags & GC_FLAG_POST_OP) {
 #pragma unroll
-      for (int j = 0; j < E8; j++) acc[j] = Arith<T>::div(acc[j], a.div);
+      for (int j = 0; j < E8; j++) acc[j] = Arith<T>::div(acc[j], a.div, a.op);
     }
     const uint64_t first = i * E8;
     if ((a.output & 7) == 0 && first + E8 <= a.count) {

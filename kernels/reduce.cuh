@@ -8,64 +8,71 @@
 #include <cuda_fp16.h>
 #include <type_traits>
 
-template <typename T, typename U> struct IntArith {
-  static __device__ __forceinline__ T add(T a, T b) { return (T)(U)((U)a + (U)b); }
-  static __device__ __forceinline__ T mul(T a, T b) { return (T)(U)((U)a * (U)b); }
-  static __device__ __forceinline__ T mn(T a, T b) { return a < b ? a : b; }
-  static __device__ __forceinline__ T mx(T a, T b) { return a > b ? a : b; }
+// Unsigned integers; signed data of the same width runs here too, with
+// GC_OP_SIGNED in `rop` choosing the signed comparison and division.
+template <typename T> struct IntArith {
+  using S = typename std::make_signed<T>::type;
+  static __device__ __forceinline__ T add(T a, T b) { return (T)(a + b); }
+  static __device__ __forceinline__ T mul(T a, T b) { return (T)(a * b); }
+  // Flipping the sign bit maps signed order onto unsigned order, so one
+  // comparison serves both (no second code path per element).
+  static __device__ __forceinline__ T order_key(T a, uint32_t rop) {
+    return (rop & GC_OP_SIGNED) ? (T)(a ^ ((T)1 << (8 * sizeof(T) - 1))) : a;
+  }
+  static __device__ __forceinline__ T mn(T a, T b, uint32_t rop) {
+    return order_key(a, rop) < order_key(b, rop) ? a : b;
+  }
+  static __device__ __forceinline__ T mx(T a, T b, uint32_t rop) {
+    return order_key(a, rop) > order_key(b, rop) ? a : b;
+  }
   static __device__ __forceinline__ T scale(T x, const GcArgs& a) {
     return mul(x, (T)a.iscale);
   }
-  // GC_OP_BAND .. GC_OP_LXOR, chosen at run time (one compiled variant
-  // for the six: they are memory-bound and rare, and a variant per op
-  // would nearly triple the kernel build); the logical ones yield 1 or 0.
-  static __device__ __forceinline__ T bits(T a, T b, uint32_t op) {
-    switch (op) {
-      case GC_OP_BAND: return (T)(a & b);
-      case GC_OP_BOR: return (T)(a | b);
-      case GC_OP_BXOR: return (T)(a ^ b);
-      case GC_OP_LAND: return (T)((a != 0) && (b != 0));
-      case GC_OP_LOR: return (T)((a != 0) || (b != 0));
-      default: return (T)((a != 0) != (b != 0));
-    }
+  // Signed division truncates toward zero: divide the magnitude, once.
+  static __device__ __forceinline__ T div(T x, uint64_t d, uint32_t rop) {
+    const bool neg = (rop & GC_OP_SIGNED) && (S)x < 0;
+    const uint64_t m = neg ? 0 - (uint64_t)(int64_t)(S)x : (uint64_t)x;
+    const uint64_t q = m / d;
+    return neg ? (T)(0 - q) : (T)q;
+  }
+  // GC_OP_BAND .. GC_OP_LXOR, chosen at run time by masks rather than a
+  // switch: one compiled variant for the six, and straight-line code the
+  // compiler does not clone per op (they are memory-bound and rare). The
+  // logical ones are the bitwise ones on operands reduced to 1 or 0.
+  static __device__ __forceinline__ T bits(T a, T b, uint32_t rop) {
+    const uint32_t c = (rop & GC_OP_MASK) - GC_OP_BAND;
+    const bool logical = c >= GC_OP_LAND - GC_OP_BAND;
+    const uint32_t k = logical ? c - (GC_OP_LAND - GC_OP_BAND) : c;
+    const T x = logical ? (T)(a != 0) : a;
+    const T y = logical ? (T)(b != 0) : b;
+    const T all = (T)~(T)0;
+    const T m_and = k == 0 ? all : (T)0;
+    const T m_or = k == 1 ? all : (T)0;
+    const T m_xor = k == 2 ? all : (T)0;
+    return (T)(((x & y) & m_and) | ((x | y) & m_or) | ((x ^ y) & m_xor));
   }
 };
 
 template <typename T> struct Arith;
-template <> struct Arith<int8_t> : IntArith<int8_t, uint8_t> {
-  static __device__ __forceinline__ int8_t div(int8_t x, uint64_t d) { return (int8_t)((int64_t)x / (int64_t)d); }
-};
-template <> struct Arith<uint8_t> : IntArith<uint8_t, uint8_t> {
-  static __device__ __forceinline__ uint8_t div(uint8_t x, uint64_t d) { return (uint8_t)((uint64_t)x / d); }
-};
-template <> struct Arith<int32_t> : IntArith<int32_t, uint32_t> {
-  static __device__ __forceinline__ int32_t div(int32_t x, uint64_t d) { return (int32_t)((int64_t)x / (int64_t)d); }
-};
-template <> struct Arith<uint32_t> : IntArith<uint32_t, uint32_t> {
-  static __device__ __forceinline__ uint32_t div(uint32_t x, uint64_t d) { return (uint32_t)((uint64_t)x / d); }
-};
-template <> struct Arith<int64_t> : IntArith<int64_t, uint64_t> {
-  static __device__ __forceinline__ int64_t div(int64_t x, uint64_t d) { return x / (int64_t)d; }
-};
-template <> struct Arith<uint64_t> : IntArith<uint64_t, uint64_t> {
-  static __device__ __forceinline__ uint64_t div(uint64_t x, uint64_t d) { return x / d; }
-};
+template <> struct Arith<uint8_t> : IntArith<uint8_t> {};
+template <> struct Arith<uint32_t> : IntArith<uint32_t> {};
+template <> struct Arith<uint64_t> : IntArith<uint64_t> {};
 
 template <> struct Arith<float> {
   static __device__ __forceinline__ float add(float a, float b) { return a + b; }
   static __device__ __forceinline__ float mul(float a, float b) { return a * b; }
-  static __device__ __forceinline__ float mn(float a, float b) { return fminf(a, b); }
-  static __device__ __forceinline__ float mx(float a, float b) { return fmaxf(a, b); }
+  static __device__ __forceinline__ float mn(float a, float b, uint32_t) { return fminf(a, b); }
+  static __device__ __forceinline__ float mx(float a, float b, uint32_t) { return fmaxf(a, b); }
   static __device__ __forceinline__ float scale(float x, const GcArgs& a) { return x * (float)a.scale; }
-  static __device__ __forceinline__ float div(float x, uint64_t d) { return x / (float)d; }
+  static __device__ __forceinline__ float div(float x, uint64_t d, uint32_t) { return x / (float)d; }
 };
 template <> struct Arith<double> {
   static __device__ __forceinline__ double add(double a, double b) { return a + b; }
   static __device__ __forceinline__ double mul(double a, double b) { return a * b; }
-  static __device__ __forceinline__ double mn(double a, double b) { return fmin(a, b); }
-  static __device__ __forceinline__ double mx(double a, double b) { return fmax(a, b); }
+  static __device__ __forceinline__ double mn(double a, double b, uint32_t) { return fmin(a, b); }
+  static __device__ __forceinline__ double mx(double a, double b, uint32_t) { return fmax(a, b); }
   static __device__ __forceinline__ double scale(double x, const GcArgs& a) { return x * a.scale; }
-  static __device__ __forceinline__ double div(double x, uint64_t d) { return x / (double)d; }
+  static __device__ __forceinline__ double div(double x, uint64_t d, uint32_t) { return x / (double)d; }
 };
 
 // Half types compute in float and round once per operation (as the host
@@ -73,10 +80,10 @@ template <> struct Arith<double> {
 template <typename H, typename Conv> struct HalfArith {
   static __device__ __forceinline__ H add(H a, H b) { return Conv::from(Conv::to(a) + Conv::to(b)); }
   static __device__ __forceinline__ H mul(H a, H b) { return Conv::from(Conv::to(a) * Conv::to(b)); }
-  static __device__ __forceinline__ H mn(H a, H b) { return Conv::from(fminf(Conv::to(a), Conv::to(b))); }
-  static __device__ __forceinline__ H mx(H a, H b) { return Conv::from(fmaxf(Conv::to(a), Conv::to(b))); }
+  static __device__ __forceinline__ H mn(H a, H b, uint32_t) { return Conv::from(fminf(Conv::to(a), Conv::to(b))); }
+  static __device__ __forceinline__ H mx(H a, H b, uint32_t) { return Conv::from(fmaxf(Conv::to(a), Conv::to(b))); }
   static __device__ __forceinline__ H scale(H x, const GcArgs& a) { return Conv::from(Conv::to(x) * (float)a.scale); }
-  static __device__ __forceinline__ H div(H x, uint64_t d) { return Conv::from(Conv::to(x) / (float)d); }
+  static __device__ __forceinline__ H div(H x, uint64_t d, uint32_t) { return Conv::from(Conv::to(x) / (float)d); }
 };
 struct ConvF16 {
   static __device__ __forceinline__ float to(__half h) { return __half2float(h); }
@@ -89,48 +96,43 @@ struct ConvBF16 {
 template <> struct Arith<__half> : HalfArith<__half, ConvF16> {};
 template <> struct Arith<__nv_bfloat16> : HalfArith<__nv_bfloat16, ConvBF16> {};
 
-// The compile-time op of the bitwise/logical family, whose member is the
-// run-time `rop` (a GC_OP_* code). Not an ABI value: the host never sends it.
-constexpr uint32_t GC_OP_BITS_RT = 64u;
+// Two compiled variants per datatype: SUM, the hot path, with its op fixed
+// at compile time, and GC_OP_RT for every other op, chosen per element at
+// run time from `rop` (the launch's GC_OP_* code). A variant per op would
+// make the kernel build several times longer for ops that are rarer and,
+// like SUM, bound by memory and links rather than arithmetic. GC_OP_RT is
+// not an ABI value: the host never sends it.
+constexpr uint32_t GC_OP_RT = 64u;
 
-// `rop`: the launch's GC_OP_* code, read only by the bitwise/logical family,
-// which is instantiated for integer types only (see dispatch_op), so Arith
-// of a float needs no `bits`.
+template <typename T>
+__device__ __forceinline__ T combine_rt(T a, T b, uint32_t rop) {
+  const uint32_t c = rop & GC_OP_MASK;
+  if constexpr (std::is_integral<T>::value) {
+    // The host sends the bitwise and logical ops with integer types only.
+    if (c >= GC_OP_BAND) return Arith<T>::bits(a, b, rop);
+  }
+  if (c == GC_OP_PROD) return Arith<T>::mul(a, b);
+  if (c == GC_OP_MIN) return Arith<T>::mn(a, b, rop);
+  return Arith<T>::mx(a, b, rop);
+}
+
 template <typename T, uint32_t OP>
 __device__ __forceinline__ T combine(T a, T b, uint32_t rop) {
-  if constexpr (OP == GC_OP_BITS_RT) {
-    return Arith<T>::bits(a, b, rop);
+  if constexpr (OP == GC_OP_SUM) {
+    return Arith<T>::add(a, b);
   } else {
-    if (OP == GC_OP_SUM) return Arith<T>::add(a, b);
-    if (OP == GC_OP_PROD) return Arith<T>::mul(a, b);
-    if (OP == GC_OP_MIN) return Arith<T>::mn(a, b);
-    return Arith<T>::mx(a, b);
+    return combine_rt<T>(a, b, rop);
   }
 }
 
-// Switch on a runtime op code into F<OP>::run(args...): the arithmetic ops
-// for every T, the bitwise and logical ones for integer T only (the host
-// never sends them with a float type); anything else runs as MAX.
+// Run F<GC_OP_SUM> or F<GC_OP_RT> for a launch's op code.
 template <typename T, template <uint32_t> class F, typename... A>
 __device__ __forceinline__ void dispatch_op(uint32_t op, A&... args) {
-  switch (op) {
-    case GC_OP_SUM: F<GC_OP_SUM>::run(args...); return;
-    case GC_OP_PROD: F<GC_OP_PROD>::run(args...); return;
-    case GC_OP_MIN: F<GC_OP_MIN>::run(args...); return;
-    default: break;
+  if ((op & GC_OP_MASK) == GC_OP_SUM) {
+    F<GC_OP_SUM>::run(args...);
+  } else {
+    F<GC_OP_RT>::run(args...);
   }
-  if constexpr (std::is_integral<T>::value) {
-    switch (op) {
-      case GC_OP_BAND:
-      case GC_OP_BOR:
-      case GC_OP_BXOR:
-      case GC_OP_LAND:
-      case GC_OP_LOR:
-      case GC_OP_LXOR: F<GC_OP_BITS_RT>::run(args...); return;
-      default: break;
-    }
-  }
-  F<GC_OP_MAX>::run(args...);
 }
 
 // Element-wise work on one 16-byte pack of T: the pre-op scale, the
@@ -157,11 +159,11 @@ __device__ __forceinline__ void combine_pack(uint4& acc, const uint4& x, uint32_
 }
 
 template <typename T>
-__device__ __forceinline__ void div_pack(uint4& x, uint64_t d) {
+__device__ __forceinline__ void div_pack(uint4& x, uint64_t d, uint32_t rop) {
   constexpr int E = 16 / sizeof(T);
   T v[E];
   memcpy(v, &x, 16);
 #pragma unroll
-  for (int e = 0; e < E; e++) v[e] = Arith<T>::div(v[e], d);
+  for (int e = 0; e < E; e++) v[e] = Arith<T>::div(v[e], d, rop);
   memcpy(&x, v, 16);
 }

@@ -23,6 +23,11 @@ pub(crate) const OP_BXOR: u32 = 6;
 pub(crate) const OP_LAND: u32 = 7;
 pub(crate) const OP_LOR: u32 = 8;
 pub(crate) const OP_LXOR: u32 = 9;
+/// `GC_OP_SIGNED`: ORed into the op of signed integer data, which runs on
+/// the unsigned kernel of its width.
+pub(crate) const OP_SIGNED: u32 = 256;
+/// `GC_OP_MASK`: the bits of the op code proper.
+pub(crate) const OP_MASK: u32 = 255;
 /// `GC_FLAG_LL`: the direct one-shot uses LL lines.
 pub(crate) const FLAG_LL: u32 = 8;
 /// `GC_LL_HEADER_LINES`: header lines before an LL inbox's data lines.
@@ -418,6 +423,8 @@ mod layout_tests {
             ("GC_OP_LAND", OP_LAND.into()),
             ("GC_OP_LOR", OP_LOR.into()),
             ("GC_OP_LXOR", OP_LXOR.into()),
+            ("GC_OP_SIGNED", OP_SIGNED.into()),
+            ("GC_OP_MASK", OP_MASK.into()),
         ]
     }
 

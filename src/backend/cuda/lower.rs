@@ -48,11 +48,13 @@ pub(super) enum Item {
         first_chan: usize,
         nchans: usize,
         args: GcArgs,
+        /// The kernel's datatype ([`kernel_dtype`] of the call's).
         dtype: Datatype,
     },
     /// A one-shot direct kernel.
     Direct {
         args: Box<GcDirectArgs>,
+        /// The kernel's datatype ([`kernel_dtype`] of the call's).
         dtype: Datatype,
         grid: u32,
     },
@@ -76,8 +78,10 @@ impl Lowered {
     }
 }
 
-pub(super) fn op_code(c: Combine) -> u32 {
-    match c {
+/// The op code of a launch: the combine function, with [`OP_SIGNED`] for
+/// signed integer data (which runs on [`kernel_dtype`]'s kernel).
+pub(super) fn op_code(c: Combine, dtype: Datatype) -> u32 {
+    let code = match c {
         Combine::Sum => OP_SUM,
         Combine::Prod => OP_PROD,
         Combine::Min => OP_MIN,
@@ -88,6 +92,24 @@ pub(super) fn op_code(c: Combine) -> u32 {
         Combine::LogicalAnd => OP_LAND,
         Combine::LogicalOr => OP_LOR,
         Combine::LogicalXor => OP_LXOR,
+    };
+    if dtype.is_signed_int() {
+        code | OP_SIGNED
+    } else {
+        code
+    }
+}
+
+/// The datatype whose kernel runs `dtype`: signed integers run on the
+/// unsigned kernel of their width (add, mul and the bitwise ops are the
+/// same bits; the kernel reads [`OP_SIGNED`] for min, max and division),
+/// which keeps the kernel build short.
+pub(super) fn kernel_dtype(dtype: Datatype) -> Datatype {
+    match dtype {
+        Datatype::I8 => Datatype::U8,
+        Datatype::I32 => Datatype::U32,
+        Datatype::I64 => Datatype::U64,
+        d => d,
     }
 }
 
@@ -203,7 +225,7 @@ impl Target {
             ll_off: DIRECT_MAX_BYTES,
             nranks: self.nranks as u32,
             rank: self.rank as u32,
-            op: op_code(red.combine),
+            op: op_code(red.combine, dtype),
             flags,
             ..GcDirectArgs::default()
         };
@@ -224,7 +246,7 @@ impl Target {
             .clamp(1, DIRECT_MAX_BLOCKS.min(l.channels)) as u32;
         Ok(Item::Direct {
             args: Box::new(a),
-            dtype,
+            dtype: kernel_dtype(dtype),
             grid,
         })
     }
@@ -373,14 +395,14 @@ impl Target {
             slot_bytes: self.layout.slot_bytes as u32,
             slots: self.layout.slots as u32,
             seq: seq as u32,
-            op: op_code(red.combine),
+            op: op_code(red.combine, dtype),
             ..GcArgs::default()
         };
         out.items.push(Item::Steps {
             first_chan,
             nchans,
             args,
-            dtype,
+            dtype: kernel_dtype(dtype),
         });
         Ok(())
     }

@@ -3,12 +3,14 @@
 
 use super::driver::{self, CUfunction};
 use super::handles::Module;
+use super::lower::kernel_dtype;
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 
 static FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gpucoll_kernels.fatbin"));
 
-/// The loaded module and its kernels, indexed by `Datatype as usize`.
+/// The loaded module and its kernels, indexed by `Datatype as usize`; a
+/// signed integer type's entry is its unsigned kernel (`lower::kernel_dtype`).
 pub(super) struct Kernels {
     /// Step interpreter (`gc_run_*`).
     pub steps: [CUfunction; 10],
@@ -45,9 +47,10 @@ impl Kernels {
         let mut steps = [std::ptr::null_mut(); 10];
         let mut direct = [std::ptr::null_mut(); 10];
         for d in Datatype::ALL {
+            let k = kernel_dtype(d).rust_name();
             for (name, table) in [
-                (format!("gc_run_{}", d.rust_name()), &mut steps),
-                (format!("gc_direct_ar_{}", d.rust_name()), &mut direct),
+                (format!("gc_run_{k}"), &mut steps),
+                (format!("gc_direct_ar_{k}"), &mut direct),
             ] {
                 let name = std::ffi::CString::new(name)
                     .map_err(|_| Error::Backend("kernel name".into()))?;

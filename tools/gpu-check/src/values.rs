@@ -38,6 +38,18 @@ pub(crate) fn val(r: usize, j: u64, red: bool) -> i64 {
     }
 }
 
+/// Input value of rank `r` at index `j` for element type `T`: reduction
+/// inputs of signed types run from -1 to 1, so min, max and division see
+/// negative values (signed data runs on the unsigned kernels).
+pub(crate) fn input_val<T: Elem>(r: usize, j: u64, red: bool) -> i64 {
+    let v = val(r, j, red);
+    if red && T::DATATYPE.is_signed_int() {
+        v - 2
+    } else {
+        v
+    }
+}
+
 /// The exact result as f64 (small integers; float Avg is exact for
 /// power-of-two rank counts, which the runs use).
 pub(crate) fn reduce_exact(

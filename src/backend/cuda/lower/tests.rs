@@ -428,11 +428,34 @@ fn group_tables_split_by_datatype_and_keep_call_order() {
     assert_eq!(blocks, vec![(0, 0, 2), (1, 2, 1)]);
     let entries: Vec<(u32, u32)> = f32s.entries.iter().map(|e| (e.item, e.first)).collect();
     assert_eq!(entries, vec![(0, 0), (2, 3), (1, 2)]);
-    assert_eq!(parts[1].dtype, Datatype::I32);
+    // The i32 call runs on the u32 kernel, with the signed bit in its op.
+    assert_eq!(parts[1].dtype, Datatype::U32);
     assert_eq!(parts[1].entries.len(), 1);
+    assert_eq!(parts[1].items[0].op, OP_SUM | OP_SIGNED);
     // A one-shot item cannot join a group launch.
     let d = target(0, 2, true);
     let small = plan(CollKind::AllReduce, Algorithm::OneShot, 16, Vec::new());
     out.items.push(d.oneshot(&small, IN, OUT, 9).unwrap());
     assert!(group_parts(&out.chans, &out.items).is_err());
+}
+
+#[test]
+fn signed_integers_run_on_unsigned_kernels_with_the_signed_bit() {
+    assert_eq!(kernel_dtype(Datatype::I8), Datatype::U8);
+    assert_eq!(kernel_dtype(Datatype::I32), Datatype::U32);
+    assert_eq!(kernel_dtype(Datatype::I64), Datatype::U64);
+    for d in Datatype::ALL {
+        assert_eq!(kernel_dtype(d).size(), d.size());
+        let code = op_code(Combine::Min, d);
+        assert_eq!(code & OP_MASK, OP_MIN);
+        assert_eq!(code & OP_SIGNED != 0, d.is_signed_int(), "{d:?}");
+    }
+    let t = target(0, 2, true);
+    let mut p = plan(CollKind::AllReduce, Algorithm::OneShot, 1 << 10, Vec::new());
+    p.task.dtype = Datatype::I64;
+    let Item::Direct { args, dtype, .. } = t.oneshot(&p, IN, OUT, 1).unwrap() else {
+        panic!("not a one-shot item");
+    };
+    assert_eq!(dtype, Datatype::U64);
+    assert_eq!(args.op, OP_SUM | OP_SIGNED);
 }

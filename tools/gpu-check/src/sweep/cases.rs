@@ -2,7 +2,7 @@
 //! loops over kinds, ops, placements and sizes for one datatype.
 
 use super::env::Env;
-use crate::values::{as_elem, empty_at, reduce_exact, sub, val, Elem};
+use crate::values::{as_elem, empty_at, input_val, reduce_exact, sub, val, Elem};
 use gpucoll::task::Task;
 use gpucoll::{Buffer, BufferMut, CollKind, DeviceBuffer, ReduceOp};
 use std::fmt::Write as _;
@@ -48,7 +48,7 @@ pub(crate) fn case<T: Elem>(
                 CollKind::Broadcast if !is_root => return poison,
                 _ => rank,
             };
-            T::of(val(owner_src, j, red))
+            T::of(input_val::<T>(owner_src, j, red))
         })
         .collect();
     let big_len = in_len.max(out_len);
@@ -57,12 +57,12 @@ pub(crate) fn case<T: Elem>(
         match kind {
             CollKind::AllGather => {
                 for i in 0..count {
-                    buf[(rank as u64 * count + i) as usize] = T::of(val(rank, i, red));
+                    buf[(rank as u64 * count + i) as usize] = T::of(input_val::<T>(rank, i, red));
                 }
             }
             CollKind::Gather => {
                 for i in 0..count {
-                    buf[(root as u64 * count + i) as usize] = T::of(val(rank, i, red));
+                    buf[(root as u64 * count + i) as usize] = T::of(input_val::<T>(rank, i, red));
                 }
             }
             _ => buf[..in_len as usize].copy_from_slice(&input),
@@ -139,7 +139,7 @@ pub(crate) fn case<T: Elem>(
         }
     };
     let red_at = |idx_of: &dyn Fn(usize) -> u64| {
-        reduce_exact(op, (0..n).map(|r| val(r, idx_of(r), true)), n, float)
+        reduce_exact(op, (0..n).map(|r| input_val::<T>(r, idx_of(r), true)), n, float)
     };
     match kind {
         CollKind::AllReduce => {
