@@ -46,14 +46,19 @@ pub(crate) struct CommInner {
 /// whatever still calls MPI (the backend) holds an `Arc<MpiComm>`. So MPI is
 /// finalized only after the last MPI user is gone.
 pub(crate) fn create(runtime: Arc<Runtime>, mpi: MpiComm) -> Result<Communicator> {
-    create_on(runtime, mpi, None)
+    create_on(runtime, mpi, None, Config::from_env())
 }
 
 /// [`create`] with this rank's GPU for the CUDA backend (`None`: the
-/// default rule of [`crate::backend::create`]).
-fn create_on(runtime: Arc<Runtime>, mpi: MpiComm, device: Option<i32>) -> Result<Communicator> {
+/// default rule of [`crate::backend::create`]) and its settings.
+fn create_on(
+    runtime: Arc<Runtime>,
+    mpi: MpiComm,
+    device: Option<i32>,
+    config: Result<Config>,
+) -> Result<Communicator> {
     let mpi = mpi.with_runtime(runtime.clone());
-    let config = agree_config(&mpi, Config::from_env())?;
+    let config = agree_config(&mpi, config)?;
     let topo = discover_topology(&mpi, &config)?;
     log_topology(&topo);
     let mpi = Arc::new(mpi);
@@ -111,7 +116,12 @@ impl Communicator {
         let runtime = Runtime::borrowed()?;
         // SAFETY: the caller guarantees `raw` is a valid communicator.
         let mpi = unsafe { MpiComm::from_raw(raw)? };
-        create_on(runtime, mpi, crate::backend::current_device())
+        create_on(
+            runtime,
+            mpi,
+            crate::backend::current_device(),
+            Config::from_env(),
+        )
     }
 
     /// [`from_raw_mpi`](Self::from_raw_mpi) on GPU `device` of this rank
@@ -133,7 +143,40 @@ impl Communicator {
         let runtime = Runtime::borrowed()?;
         // SAFETY: the caller guarantees `raw` is a valid communicator.
         let mpi = unsafe { MpiComm::from_raw(raw)? };
-        create_on(runtime, mpi, Some(device))
+        create_on(runtime, mpi, Some(device), Config::from_env())
+    }
+
+    /// [`from_raw_mpi`](Self::from_raw_mpi) with settings given by the
+    /// program instead of read from the `GPUCOLL_*` variables (start from
+    /// [`Config::from_env`] to keep those). Every rank must pass the same
+    /// settings (they are compared, as the variables are). `device`: as for
+    /// [`from_raw_mpi_on_device`](Self::from_raw_mpi_on_device), `None` as
+    /// for `from_raw_mpi`.
+    ///
+    /// ```no_run
+    /// # fn f(raw: mpi_sys::MPI_Comm) -> gpucoll::Result<()> {
+    /// let mut config = gpucoll::Config::from_env()?;
+    /// config.legacy_stream_order = true;
+    /// let comm = unsafe { gpucoll::Communicator::from_raw_mpi_with(raw, None, config)? };
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Safety
+    /// As for [`from_raw_mpi`](Self::from_raw_mpi).
+    ///
+    /// # Errors
+    /// As for [`from_raw_mpi_on_device`](Self::from_raw_mpi_on_device), and
+    /// [`Error::Config`] when the ranks' settings differ.
+    pub unsafe fn from_raw_mpi_with(
+        raw: mpi_sys::MPI_Comm,
+        device: Option<i32>,
+        config: Config,
+    ) -> Result<Communicator> {
+        let runtime = Runtime::borrowed()?;
+        // SAFETY: the caller guarantees `raw` is a valid communicator.
+        let mpi = unsafe { MpiComm::from_raw(raw)? };
+        let device = device.or_else(crate::backend::current_device);
+        create_on(runtime, mpi, device, Ok(config))
     }
 
     /// The `GPUCOLL_*` settings this communicator runs with (agreed by all ranks).
@@ -191,7 +234,8 @@ impl Communicator {
     ///
     /// Ranks passing the same `color` end up together, ordered by `key`
     /// (ties by rank). `None` joins no communicator and returns `Ok(None)`.
-    /// Each rank's new communicator runs on the same GPU as `self`.
+    /// Each rank's new communicator runs on the same GPU as `self`, with
+    /// its settings ([`config`](Self::config)).
     ///
     /// ```no_run
     /// let universe = gpucoll::initialize()?;
@@ -210,12 +254,19 @@ impl Communicator {
         let inner = self.inner_checked()?;
         match inner.mpi.split(color, key)? {
             None => Ok(None),
-            Some(mpi) => create_on(inner.runtime.clone(), mpi, self.device()).map(Some),
+            Some(mpi) => create_on(
+                inner.runtime.clone(),
+                mpi,
+                self.device(),
+                Ok(inner.config.clone()),
+            )
+            .map(Some),
         }
     }
 
     /// A new communicator with the same ranks and its own resources
-    /// (collective), like `MPI_Comm_dup`, on the same GPU as `self`.
+    /// (collective), like `MPI_Comm_dup`, on the same GPU and with the same
+    /// settings as `self`.
     ///
     /// ```no_run
     /// let universe = gpucoll::initialize()?;
@@ -227,7 +278,12 @@ impl Communicator {
     pub fn duplicate(&self) -> Result<Communicator> {
         let inner = self.inner_checked()?;
         let mpi = inner.mpi.dup()?;
-        create_on(inner.runtime.clone(), mpi, self.device())
+        create_on(
+            inner.runtime.clone(),
+            mpi,
+            self.device(),
+            Ok(inner.config.clone()),
+        )
     }
 
     /// Mark the communicator freed: every later collective (on any clone)
@@ -307,6 +363,10 @@ fn config_fields(c: &Config) -> Vec<(&'static str, String)> {
         ("GPUCOLL_BACKEND", shown(c.backend.as_ref())),
         ("GPUCOLL_HOST_SLOT_BYTES", shown(c.host_slot_bytes)),
         ("GPUCOLL_P2P_DISABLE", u8::from(c.p2p_disable).to_string()),
+        (
+            "GPUCOLL_LEGACY_STREAM_ORDER",
+            u8::from(c.legacy_stream_order).to_string(),
+        ),
         // The id itself is per rank; whether it is set must agree.
         (
             "GPUCOLL_NODE_ID",
@@ -320,7 +380,7 @@ fn config_fields(c: &Config) -> Vec<(&'static str, String)> {
     ]
 }
 
-const CONFIG_FIELDS: usize = 10;
+const CONFIG_FIELDS: usize = 11;
 /// Per-rank record of the config exchange: a status word, then one digest per field.
 const CONFIG_RECORD: usize = 8 * (1 + CONFIG_FIELDS);
 

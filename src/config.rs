@@ -35,6 +35,13 @@ pub struct Config {
     /// host shared memory instead of peer-mapped device memory (the SHM
     /// transport).
     pub p2p_disable: bool,
+    /// `GPUCOLL_LEGACY_STREAM_ORDER=1`: the CUDA backend's own stream (the
+    /// one blocking calls run on) is a blocking stream, ordered after work
+    /// the program queued on the legacy default stream (`cudaMemset`, a
+    /// kernel on stream 0) without a host wait, as CUDA-aware MPI
+    /// libraries order their calls. Off: a non-blocking stream, which
+    /// never waits for the program's default stream. The MPI shim sets it.
+    pub legacy_stream_order: bool,
 }
 
 impl Default for Config {
@@ -50,6 +57,7 @@ impl Default for Config {
             backend: None,
             host_slot_bytes: None,
             p2p_disable: false,
+            legacy_stream_order: false,
         }
     }
 }
@@ -148,6 +156,9 @@ impl Config {
         if let Some(v) = var("GPUCOLL_P2P_DISABLE") {
             c.p2p_disable = parse_bool("GPUCOLL_P2P_DISABLE", &v)?;
         }
+        if let Some(v) = var("GPUCOLL_LEGACY_STREAM_ORDER") {
+            c.legacy_stream_order = parse_bool("GPUCOLL_LEGACY_STREAM_ORDER", &v)?;
+        }
         Ok(c)
     }
 }
@@ -183,6 +194,17 @@ mod tests {
             Err(Error::Config { name, .. }) => assert_eq!(name, "GPUCOLL_P2P_DISABLE"),
             other => panic!("expected a Config error, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn legacy_stream_order() {
+        assert!(!parse(&[]).unwrap().legacy_stream_order);
+        assert!(
+            parse(&[("GPUCOLL_LEGACY_STREAM_ORDER", "1")])
+                .unwrap()
+                .legacy_stream_order
+        );
+        assert!(parse(&[("GPUCOLL_LEGACY_STREAM_ORDER", "2")]).is_err());
     }
 
     #[test]

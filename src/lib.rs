@@ -61,6 +61,7 @@ pub use backend::cuda::{
 pub use buffer::{Buffer, BufferMut, MemoryKind, RawBuffer};
 pub use coll::{CudaStreamRaw, Group, Process};
 pub use comm::Communicator;
+pub use config::Config;
 pub use datatype::{Datatype, Equivalence};
 pub use env::{initialize, initialize_with_threading, Threading, Universe};
 pub use error::{Error, Result};

@@ -167,8 +167,13 @@ impl CommEntry {
             None => None,
         };
         let raw = MPI_Comm(self.raw as *mut mpi_sys::ompi_communicator_t);
+        // Blocking calls then start after the program's work on the legacy
+        // default stream (cudaMemset, kernels on stream 0) without a host
+        // wait, as CUDA-aware MPI libraries order them.
+        let mut config = gpucoll::Config::from_env()?;
+        config.legacy_stream_order = true;
         // SAFETY: `raw` is the live communicator this entry is attached to.
-        let comm = unsafe { Communicator::from_raw_mpi(raw)? };
+        let comm = unsafe { Communicator::from_raw_mpi_with(raw, None, config)? };
         let seq = NEXT_SEQ.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
             seq,

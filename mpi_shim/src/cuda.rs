@@ -162,28 +162,6 @@ mod imp {
         Ok(s as usize)
     }
 
-    /// Wait until the work the program queued on the legacy default stream
-    /// finished (the current context's). gpucoll's blocking calls run on
-    /// its own non-blocking stream, which does not wait for that stream, and
-    /// `cudaMemset` or a pageable `cudaMemcpy` to device memory may still be
-    /// running there when the program calls MPI. One query when the stream
-    /// is idle (the usual case), a synchronize otherwise.
-    pub fn wait_legacy_stream() -> CuResult<()> {
-        // CU_STREAM_LEGACY: the legacy default stream, whatever the
-        // program's default-stream mode.
-        let legacy = 0x1 as sys::CUstream;
-        // SAFETY: the legacy stream handle is valid in any current context.
-        match unsafe { sys::cuStreamQuery(legacy) } {
-            sys::CUresult::CUDA_SUCCESS => Ok(()),
-            sys::CUresult::CUDA_ERROR_NOT_READY => check(
-                // SAFETY: as above.
-                unsafe { sys::cuStreamSynchronize(legacy) },
-                "cuStreamSynchronize(CU_STREAM_LEGACY)",
-            ),
-            r => Err(format!("cuStreamQuery(CU_STREAM_LEGACY) failed: {r:?}")),
-        }
-    }
-
     /// A CUDA event marking the end of a nonblocking collective.
     pub struct Event {
         ev: sys::CUevent,
@@ -390,10 +368,6 @@ mod imp {
     }
 
     pub fn shim_stream(_device: i32) -> CuResult<usize> {
-        Err(NO_CUDA.into())
-    }
-
-    pub fn wait_legacy_stream() -> CuResult<()> {
         Err(NO_CUDA.into())
     }
 

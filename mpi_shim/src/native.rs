@@ -117,13 +117,9 @@ pub unsafe fn blocking(
         Err(e) => return errors::fail(comm, call, &gpucoll::Error::Backend(e)),
     };
     // The program's buffers may still be written on the legacy default
-    // stream (cudaMemset, a pageable cudaMemcpy's last DMA); gpucoll's own
-    // stream does not wait for it, so the host does.
-    if n.device.is_some() {
-        if let Err(e) = cuda::wait_legacy_stream() {
-            return errors::fail(comm, call, &gpucoll::Error::Backend(e));
-        }
-    }
+    // stream (cudaMemset, a pageable cudaMemcpy's last DMA): the shim's
+    // communicators run on a stream ordered after it (comms.rs), so the
+    // device waits for that work, not the host.
     // SAFETY: forwarded from this function's contract.
     match unsafe { run(&n, coll, count as u64, None) } {
         Ok(()) => 0,

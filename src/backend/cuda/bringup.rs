@@ -66,10 +66,10 @@ struct Local {
     kernels: Kernels,
 }
 
-fn open_device(ordinal: i32) -> Result<Local> {
+fn open_device(ordinal: i32, after_legacy: bool) -> Result<Local> {
     let ctx = bind(ordinal)?;
     let kernels = Kernels::load()?;
-    let stream = Stream::create()?;
+    let stream = Stream::create(after_legacy)?;
     Ok(Local {
         ctx,
         stream,
@@ -343,7 +343,7 @@ fn check_threads(multi: bool, topo: &Topology) -> Result<()> {
 
 /// The GPU of this process: `device` when given, else its index among the
 /// processes of its host, modulo the GPU count.
-fn pick_device(host_rank: usize, device: Option<i32>) -> Result<Local> {
+fn pick_device(host_rank: usize, device: Option<i32>, after_legacy: bool) -> Result<Local> {
     if !driver::available() {
         return Err(Error::Backend(
             "the CUDA backend needs the CUDA driver (libcuda.so), which is not \
@@ -355,7 +355,7 @@ fn pick_device(host_rank: usize, device: Option<i32>) -> Result<Local> {
     if n == 0 {
         return Err(Error::Backend("the CUDA driver shows no GPU".into()));
     }
-    open_device(device.unwrap_or((host_rank % n) as i32))
+    open_device(device.unwrap_or((host_rank % n) as i32), after_legacy)
 }
 
 impl CudaBackend {
@@ -388,7 +388,8 @@ impl CudaBackend {
         let threads = check_threads(multi, topo);
 
         // Stage 1: driver, device, module, stream.
-        let local = threads.and_then(|_| pick_device(host_rank?, device));
+        let local =
+            threads.and_then(|_| pick_device(host_rank?, device, config.legacy_stream_order));
         let local = agree(&mpi, local, "initialize CUDA")?;
         // From here on, a failure releases what the stages built (Drop).
         let a = negotiate(&mpi, topo, &local.ctx, multi, p2p_disabled(config))?;

@@ -426,14 +426,27 @@ pub(crate) unsafe fn launch(
     )
 }
 
-pub(crate) fn stream_create() -> Result<CUstream> {
+/// A new stream: non-blocking (never waits for the legacy default
+/// stream), or with `after_legacy` a blocking one (work on it starts after
+/// work queued before on the legacy default stream).
+pub(crate) fn stream_create_ordered(after_legacy: bool) -> Result<CUstream> {
+    let flags = if after_legacy {
+        sys::CUstream_flags::CU_STREAM_DEFAULT
+    } else {
+        sys::CUstream_flags::CU_STREAM_NON_BLOCKING
+    };
     let mut s = std::ptr::null_mut();
     // SAFETY: writes one stream handle.
     check(
-        unsafe { sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) },
+        unsafe { sys::cuStreamCreate(&mut s, flags as u32) },
         "cuStreamCreate",
     )?;
     Ok(s)
+}
+
+/// A new non-blocking stream.
+pub(crate) fn stream_create() -> Result<CUstream> {
+    stream_create_ordered(false)
 }
 
 pub(crate) fn stream_destroy(s: CUstream) {

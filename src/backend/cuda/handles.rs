@@ -29,13 +29,15 @@ impl Drop for Module {
     }
 }
 
-/// A non-blocking stream of our own (`cuStreamCreate`).
+/// A stream of our own (`cuStreamCreate`).
 #[derive(Debug)]
 pub(super) struct Stream(CUstream);
 
 impl Stream {
-    pub(super) fn create() -> Result<Stream> {
-        driver::stream_create().map(Stream)
+    /// Non-blocking, or with `after_legacy` ordered after the legacy
+    /// default stream (`Config::legacy_stream_order`).
+    pub(super) fn create(after_legacy: bool) -> Result<Stream> {
+        driver::stream_create_ordered(after_legacy).map(Stream)
     }
 
     pub(super) fn raw(&self) -> CUstream {

@@ -93,6 +93,7 @@ pub(super) fn op_code(c: Combine, dtype: Datatype) -> u32 {
         Combine::LogicalOr => OP_LOR,
         Combine::LogicalXor => OP_LXOR,
     };
+    debug_assert_eq!(code & !OP_MASK, 0);
     if dtype.is_signed_int() {
         code | OP_SIGNED
     } else {
