@@ -124,7 +124,10 @@ fn build_kernels() {
         .arg(&kdir)
         .args(["-gencode", "arch=compute_80,code=sm_80"])
         .args(["-gencode", "arch=compute_90,code=sm_90"])
-        .args(["-gencode", "arch=compute_90,code=compute_90"]);
+        .args(["-gencode", "arch=compute_90,code=compute_90"])
+        // Left to itself nvcc stores these images uncompressed (13.8 MB;
+        // 2.7 MB compressed): every binary that embeds them grows by that.
+        .args(["-Xfatbin", "-compress-all"]);
     if let Some(ccbin) = std::env::var_os("NVCC_CCBIN") {
         cmd.arg("-ccbin").arg(ccbin);
     }
