@@ -182,7 +182,8 @@ fn bench(world: &Communicator, args: &Args) -> Result<i32, Fail> {
         if keep.is_empty() {
             if rank == 0 {
                 eprintln!(
-                    "gpucoll-bench: --mode {} needs the CUDA backend (build with --features                      cuda and run on GPUs), but this communicator uses '{}'",
+                    "gpucoll-bench: --mode {} needs the CUDA backend (build with --features \
+                     cuda and run on GPUs), but this communicator uses '{}'",
                     skip.iter().map(|m| m.name()).collect::<Vec<_>>().join(","),
                     world.backend_name()
                 );

@@ -197,8 +197,12 @@ mod imp {
                 return Ok(());
             };
             let mut ptrs = [std::ptr::null_mut::<c_void>(); 2];
-            let mut why = None;
+            // NCCL allocates on the current device (this context's).
+            let mut why = self.bind().err();
             for p in ptrs.iter_mut() {
+                if why.is_some() {
+                    break;
+                }
                 // SAFETY: a valid out pointer; NCCL allocates on the bound GPU.
                 let r = unsafe { (w.mem_alloc)(p, bytes) };
                 if let Err(e) = api.check(r, &format!("ncclMemAlloc({bytes})"), None) {
