@@ -62,6 +62,8 @@ pub struct Args {
     pub stream_max_bytes: Option<u64>,
     /// `--nccl-lib PATH`: the libnccl to load instead of the loader's.
     pub nccl_lib: Option<PathBuf>,
+    /// `--graph-iters N`: the most calls captured into one graph.
+    pub graph_iters: usize,
     pub help: bool,
 }
 
@@ -134,6 +136,7 @@ impl Default for Args {
             modes: vec![Mode::Blocking],
             stream_max_bytes: None,
             nccl_lib: None,
+            graph_iters: 20,
             help: false,
         }
     }
@@ -186,6 +189,9 @@ Times gpucoll's collectives over a range of message sizes, nccl-tests style.
                             all on other backends)
       --stream-maxbytes SIZE  largest size of the async and graph tables
                             (default: --maxbytes)
+      --graph-iters N       most calls captured into one graph (default 20,
+                            nccl-tests' -n; fewer when --iters or
+                            --time-budget say so); 4 timed replays
   -h, --help                this text
 
 SIZE accepts K, M and G suffixes (powers of 1024). LIST is one name, a
@@ -304,6 +310,7 @@ where
             "--mode",
             "--stream-maxbytes",
             "--nccl-lib",
+            "--graph-iters",
         ];
         if !known.contains(&key.as_str()) {
             return Err(format!("unknown option '{arg}'"));
@@ -394,6 +401,7 @@ where
                 a.modes = modes;
             }
             "--stream-maxbytes" => a.stream_max_bytes = Some(parse_size(&value)?),
+            "--graph-iters" => a.graph_iters = parse_num(&key, &value)?,
             "--nccl-lib" => {
                 if value.is_empty() {
                     return Err("--nccl-lib needs a file name".into());
@@ -426,6 +434,9 @@ where
     }
     if a.stream_max_bytes.is_some_and(|m| m < a.min_bytes) {
         return Err("--stream-maxbytes is smaller than --minbytes".into());
+    }
+    if a.graph_iters == 0 {
+        return Err("--graph-iters must be at least 1".into());
     }
     if a.nccl_lib.is_some() && !a.vs_nccl {
         return Err("--nccl-lib needs --vs-nccl".into());
@@ -487,6 +498,8 @@ mod tests {
         let b = p("--mode=graph,async,graph").unwrap();
         assert_eq!(b.modes, vec![Mode::Graph, Mode::Async]);
         assert_eq!(p("--mode ASYNC").unwrap().modes, vec![Mode::Async]);
+        assert_eq!(p("").unwrap().graph_iters, 20);
+        assert_eq!(p("--graph-iters 5").unwrap().graph_iters, 5);
         let c = p("-b 8 -e 1G --stream-maxbytes 64M --mode all").unwrap();
         assert_eq!(c.max_bytes_of(Mode::Blocking), 1 << 30);
         assert_eq!(c.max_bytes_of(Mode::Async), 64 << 20);
@@ -507,6 +520,8 @@ mod tests {
             "--nccl-lib /x/libnccl.so.2",
             "--stream-maxbytes 4 -b 8",
             "--stream-maxbytes x",
+            "--graph-iters 0",
+            "--graph-iters",
         ] {
             assert!(p(bad).is_err(), "accepted: {bad}");
         }

@@ -283,10 +283,11 @@ fn bench(world: &Communicator, args: &Args) -> Result<i32, Fail> {
         "# time: mean of {iters} after {} warmup calls ({} more at a table's first size), max \
          over ranks; busbw factors as in nccl-tests; size = largest buffer of a rank; modes: \
          blocking = each call waits, async = n calls queued on one stream then one synchronize \
-         (time / n), graph = n calls captured once into a CUDA graph, {} timed replays (time / \
-         (replays x n), iters = n)",
+         (time / n), graph = n (at most {}) calls captured once into a CUDA graph, {} timed \
+         replays (time / (replays x n), iters = n)",
         args.warmup,
         timing::FIRST_SIZE_EXTRA_WARMUP,
+        args.graph_iters,
         timing::GRAPH_REPLAYS
     ));
     ctx.print(&match &gpu {

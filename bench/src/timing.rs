@@ -201,9 +201,10 @@ pub fn capture<Q: Queued>(q: &mut Q, n: usize) -> Result<Q::Graph, String> {
 }
 
 /// Graph mode: warm up with queued calls (eager, so that lazy setup is not
-/// captured), capture n calls once, replay once untimed, then time
-/// [`GRAPH_REPLAYS`] replays with one synchronize; time per call = total /
-/// (replays × n). `Timed::iters` is n (calls per graph).
+/// captured), capture n calls once (at most `--graph-iters`: gpucoll keeps
+/// what each captured call reads for the communicator's life), replay once
+/// untimed, then time [`GRAPH_REPLAYS`] replays with one synchronize; time
+/// per call = total / (replays × n). `Timed::iters` is n (calls per graph).
 pub fn time_graph<Q: Queued>(
     ranks: &dyn Ranks,
     args: &Args,
@@ -211,7 +212,7 @@ pub fn time_graph<Q: Queued>(
     q: &mut Q,
 ) -> Result<Timed, String> {
     let per = queued_warmup(ranks, args, extra_warmup, q)?;
-    let n = iters_for(ranks, args, per, GRAPH_REPLAYS)?;
+    let n = iters_for(ranks, args, per, GRAPH_REPLAYS)?.min(args.graph_iters);
     let graph = capture(q, n)?;
     q.replay(&graph)?;
     q.sync()?;
@@ -411,6 +412,14 @@ mod tests {
         // (4 replays × 6 µs + 10 µs sync) / 24 calls.
         let want = (GRAPH_REPLAYS as f64 * 6e-6 + 10e-6) / (GRAPH_REPLAYS * 6) as f64;
         assert!((t.secs - want).abs() < 1e-12, "{} vs {want}", t.secs);
+    }
+
+    #[test]
+    fn graph_calls_are_capped() {
+        let (args, fake) = setup("-n 50 --graph-iters 7");
+        let mut q = log(&fake.clock, None);
+        let t = time_mode(&fake, &args, Mode::Graph, 0, &mut q).unwrap();
+        assert_eq!((t.iters, count(&q.events, "cap")), (7, 7));
     }
 
     #[test]
