@@ -64,7 +64,7 @@ type RootedReducing = unsafe extern "C" fn(
 /// The entry points of one loaded libnccl. The library is never closed
 /// (communicators and NCCL's threads may use it until the process exits).
 pub struct NcclApi {
-    /// Where the library was loaded from (`/proc/self/maps`), or the name asked for.
+    /// The file the entry points come from (`dladdr`), or the name asked for.
     pub path: String,
     pub get_version: unsafe extern "C" fn(*mut c_int) -> NcclResult,
     pub get_unique_id: unsafe extern "C" fn(*mut UniqueId) -> NcclResult,
@@ -150,13 +150,26 @@ fn required<F: Copy>(handle: *mut c_void, lib: &str, name: &str) -> Result<F, St
     optional(handle, name).ok_or_else(|| format!("{lib} has no symbol {name}"))
 }
 
-/// The file a loaded libnccl came from, as `/proc/self/maps` lists it.
-fn mapped_path() -> Option<String> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    maps.lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| p.contains("libnccl.so") || p.contains("libnccl-"))
-        .map(str::to_string)
+/// The file that holds the code at `addr` (`dladdr`), symlinks resolved:
+/// the library actually in use, even if another libnccl is loaded too.
+fn file_of(addr: *const c_void) -> Option<String> {
+    // SAFETY: Dl_info is plain data (pointers and integers); all-zero is a
+    // valid value that dladdr overwrites.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the address and writes `info`.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: non-null, NUL-terminated, owned by the loader while the
+    // library stays loaded (it is never closed).
+    let name = unsafe { CStr::from_ptr(info.dli_fname) }
+        .to_string_lossy()
+        .into_owned();
+    Some(
+        std::fs::canonicalize(&name)
+            .map(|p| p.display().to_string())
+            .unwrap_or(name),
+    )
 }
 
 impl NcclApi {
@@ -190,9 +203,11 @@ impl NcclApi {
         };
         let h = handle;
         let p = asked.as_str();
+        let get_version: unsafe extern "C" fn(*mut c_int) -> NcclResult =
+            required(h, p, "ncclGetVersion")?;
         let api = NcclApi {
-            path: mapped_path().unwrap_or_else(|| asked.clone()),
-            get_version: required(h, p, "ncclGetVersion")?,
+            path: file_of(get_version as *const c_void).unwrap_or_else(|| asked.clone()),
+            get_version,
             get_unique_id: required(h, p, "ncclGetUniqueId")?,
             comm_init_rank: required(h, p, "ncclCommInitRank")?,
             comm_abort: required(h, p, "ncclCommAbort")?,
@@ -254,5 +269,35 @@ impl NcclApi {
         } else {
             Err(format!("{what} failed: {}", self.describe(r, comm)))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loading_fails_with_clear_errors() {
+        let e = NcclApi::load(Some("/nonexistent/libnccl.so.2"))
+            .err()
+            .unwrap();
+        assert!(
+            e.starts_with("--nccl-lib /nonexistent/libnccl.so.2: "),
+            "{e}"
+        );
+        // A real library without NCCL's entry points.
+        let e = NcclApi::load(Some("libc.so.6")).err().unwrap();
+        assert_eq!(e, "libc.so.6 has no symbol ncclGetVersion");
+    }
+
+    #[test]
+    fn symbols_resolve_to_their_file() {
+        let h = open("libc.so.6").unwrap();
+        let f: Option<unsafe extern "C" fn(usize) -> *mut c_void> = optional(h, "malloc");
+        let path = file_of(f.unwrap() as *const c_void).unwrap();
+        assert!(path.contains("libc"), "{path}");
+        assert!(optional::<unsafe extern "C" fn()>(h, "ncclAllReduce").is_none());
+        // A type that is not pointer sized is refused, not transmuted.
+        assert!(optional::<[u64; 2]>(h, "malloc").is_none());
     }
 }
