@@ -352,7 +352,8 @@ pub fn run_type<T: Elem>(
                 d_recv: &mut d_recv,
                 d_ip: &mut d_ip,
             };
-            let m = vsnccl::measure::<T>(ctx, nccl, mode, extra, &case, &mut bufs).map_err(fail)?;
+            let m = vsnccl::measure::<T>(ctx, nccl, mode, extra, &case, bytes, &mut bufs)
+                .map_err(fail)?;
             row.nccl = Some(m);
         }
 

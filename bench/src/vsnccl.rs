@@ -107,19 +107,20 @@ fn check<T: Elem>(
     })
 }
 
-/// Time NCCL in `mode` on ordinary buffers and on symmetric windows.
+/// Time NCCL in `mode` on ordinary buffers and on symmetric windows, for
+/// the row of `bytes`.
 pub fn measure<T: Elem>(
     ctx: &Ctx<'_>,
     nccl: &Nccl,
     mode: Mode,
     extra: usize,
     case: &Case,
+    bytes: u64,
     b: &mut Bufs<'_, T>,
 ) -> Result<NcclMeasure, String> {
     let (world, args) = (ctx.world, ctx.args);
     let nop = nccl.op::<T>(case.op)?;
     let bcast = case.kind == CollKind::Broadcast;
-    let bytes = case_bytes::<T>(case);
     let (algbw_of, nranks) = (report::bandwidths, ctx.nranks);
 
     // One run: time, then check a fresh call's result.
@@ -127,6 +128,7 @@ pub fn measure<T: Elem>(
                b: &mut Bufs<'_, T>|
      -> Result<(timing::Timed, Option<f64>, Option<u64>), String> {
         load(nccl, case, b, &t)?;
+        let ordinary = matches!(t, Target::Ordinary);
         let (send, recv) = match t {
             Target::Ordinary if bcast => (ptr(b.d_ip), ptr(b.d_ip)),
             Target::Ordinary => (ptr(b.d_send), ptr(b.d_recv)),
@@ -142,9 +144,13 @@ pub fn measure<T: Elem>(
             _t: PhantomData,
         };
         let timed = timing::time_mode(world, args, mode, extra, &mut q)?;
-        // Blocking rows also time the same calls queued (nccl-tests' figure).
+        // Blocking rows also time the same calls queued (the async column;
+        // ordinary buffers only, as before symmetric windows existed).
         let queued_us = match mode {
-            Mode::Blocking => Some(timing::time_queued(world, args, 0, &mut q)?.secs * 1e6),
+            Mode::Blocking if ordinary => {
+                Some(timing::time_queued(world, args, 0, &mut q)?.secs * 1e6)
+            }
+            Mode::Blocking => None,
             Mode::Async => Some(timed.secs * 1e6),
             Mode::Graph => None,
         };
@@ -183,14 +189,4 @@ pub fn measure<T: Elem>(
         wrong,
         sym,
     })
-}
-
-/// The row's size in bytes (as `report::count_for` rounds it).
-fn case_bytes<T: Elem>(case: &Case) -> u64 {
-    let per = if report::scaled_by_ranks(case.kind) {
-        case.nranks
-    } else {
-        1
-    };
-    (case.count * per * T::DATATYPE.size()) as u64
 }
