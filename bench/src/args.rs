@@ -170,9 +170,10 @@ Times gpucoll's collectives over a range of message sizes, nccl-tests style.
       --json FILE           also write the results as JSON (rank 0)
       --svg FILE            also plot busbw against size as SVG (rank 0)
       --vs-mpi              also time MPI's own collective on the same data
+                            (blocking tables)
       --vs-nccl             also time NCCL's collective on the same device
                             data in the same run (build with --features cuda;
-                            needs the CUDA backend and libnccl.so). Sets
+                            needs the CUDA backend and libnccl). Sets
                             NCCL_NVLS_ENABLE=0 (NVLink multicast stays off).
                             NCCL is timed on ordinary device buffers and,
                             with NCCL >= 2.27, on symmetric windows
@@ -185,8 +186,8 @@ Times gpucoll's collectives over a range of message sizes, nccl-tests style.
                             n calls queued on one CUDA stream through the raw
                             entry points, one synchronize; graph = the n calls
                             captured once into a CUDA graph, replayed. async
-                            and graph need the CUDA backend (skipped under
-                            all on other backends)
+                            and graph need the CUDA backend (other backends
+                            skip them when blocking is listed too, else exit 2)
       --stream-maxbytes SIZE  largest size of the async and graph tables
                             (default: --maxbytes)
       --graph-iters N       most calls captured into one graph (default 20,
