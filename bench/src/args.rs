@@ -55,7 +55,61 @@ pub struct Args {
     pub min_iters: usize,
     pub vs_mpi: bool,
     pub vs_nccl: bool,
+    /// `--mode`: how calls are issued, each mode a table of its own.
+    pub modes: Vec<Mode>,
+    /// `--stream-maxbytes SIZE`: the largest size of the async and graph
+    /// modes (`None`: `--maxbytes`).
+    pub stream_max_bytes: Option<u64>,
+    /// `--nccl-lib PATH`: the libnccl to load instead of the loader's.
+    pub nccl_lib: Option<PathBuf>,
+    /// `--graph-iters N`: the most calls captured into one graph.
+    pub graph_iters: usize,
     pub help: bool,
+}
+
+/// How a timed call is issued (nccl-tests' modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Each call waits for its result (gpucoll's blocking API; NCCL
+    /// followed by a stream synchronize).
+    Blocking,
+    /// n calls queued on one CUDA stream, one synchronize at the end.
+    Async,
+    /// n calls captured once into a CUDA graph, the graph replayed.
+    Graph,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 3] = [Mode::Blocking, Mode::Async, Mode::Graph];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Blocking => "blocking",
+            Mode::Async => "async",
+            Mode::Graph => "graph",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Mode> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.name().eq_ignore_ascii_case(s.trim()))
+    }
+
+    /// Whether the mode queues work on a CUDA stream (CUDA backend only).
+    pub fn on_stream(self) -> bool {
+        self != Mode::Blocking
+    }
+}
+
+impl Args {
+    /// The largest size of `mode`'s tables.
+    pub fn max_bytes_of(&self, mode: Mode) -> u64 {
+        match (mode.on_stream(), self.stream_max_bytes) {
+            (true, Some(m)) => m.min(self.max_bytes),
+            _ => self.max_bytes,
+        }
+    }
 }
 
 impl Default for Args {
@@ -79,6 +133,10 @@ impl Default for Args {
             min_iters: 5,
             vs_mpi: false,
             vs_nccl: false,
+            modes: vec![Mode::Blocking],
+            stream_max_bytes: None,
+            nccl_lib: None,
+            graph_iters: 20,
             help: false,
         }
     }
@@ -112,10 +170,29 @@ Times gpucoll's collectives over a range of message sizes, nccl-tests style.
       --json FILE           also write the results as JSON (rank 0)
       --svg FILE            also plot busbw against size as SVG (rank 0)
       --vs-mpi              also time MPI's own collective on the same data
+                            (blocking tables)
       --vs-nccl             also time NCCL's collective on the same device
                             data in the same run (build with --features cuda;
-                            needs the CUDA backend and libnccl.so). Sets
-                            NCCL_NVLS_ENABLE=0 (NVLink multicast stays off)
+                            needs the CUDA backend and libnccl). Sets
+                            NCCL_NVLS_ENABLE=0 (NVLink multicast stays off).
+                            NCCL is timed on ordinary device buffers and,
+                            with NCCL >= 2.27, on symmetric windows
+                            (ncclMemAlloc + ncclCommWindowRegister); ratios
+                            are against the faster of the two (NCCL best)
+      --nccl-lib PATH       the libnccl.so.2 to use with --vs-nccl (default:
+                            libnccl.so.2, then libnccl.so, from the loader path)
+      --mode LIST           blocking, async, graph, or all (default blocking):
+                            blocking = each call waits for its result; async =
+                            n calls queued on one CUDA stream through the raw
+                            entry points, one synchronize; graph = the n calls
+                            captured once into a CUDA graph, replayed. async
+                            and graph need the CUDA backend (other backends
+                            skip them when blocking is listed too, else exit 2)
+      --stream-maxbytes SIZE  largest size of the async and graph tables
+                            (default: --maxbytes)
+      --graph-iters N       most calls captured into one graph (default 20,
+                            nccl-tests' -n; fewer when --iters or
+                            --time-budget say so); 4 timed replays
   -h, --help                this text
 
 SIZE accepts K, M and G suffixes (powers of 1024). LIST is one name, a
@@ -231,6 +308,10 @@ where
             "--svg",
             "--time-budget",
             "--min-iters",
+            "--mode",
+            "--stream-maxbytes",
+            "--nccl-lib",
+            "--graph-iters",
         ];
         if !known.contains(&key.as_str()) {
             return Err(format!("unknown option '{arg}'"));
@@ -309,6 +390,25 @@ where
                 a.time_budget = Some(secs);
             }
             "--min-iters" => a.min_iters = parse_num(&key, &value)?,
+            "--mode" => {
+                let mut modes = parse_list("mode", &value, &Mode::ALL, Mode::parse)?;
+                // Keep the first mention of each mode (`async,async` runs once).
+                let mut seen = Vec::new();
+                modes.retain(|m| {
+                    let new = !seen.contains(m);
+                    seen.push(*m);
+                    new
+                });
+                a.modes = modes;
+            }
+            "--stream-maxbytes" => a.stream_max_bytes = Some(parse_size(&value)?),
+            "--graph-iters" => a.graph_iters = parse_num(&key, &value)?,
+            "--nccl-lib" => {
+                if value.is_empty() {
+                    return Err("--nccl-lib needs a file name".into());
+                }
+                a.nccl_lib = Some(PathBuf::from(value));
+            }
             _ => unreachable!("listed in `known`"),
         }
     }
@@ -333,14 +433,25 @@ where
     if a.min_iters == 0 {
         return Err("--min-iters must be at least 1".into());
     }
+    if a.stream_max_bytes.is_some_and(|m| m < a.min_bytes) {
+        return Err("--stream-maxbytes is smaller than --minbytes".into());
+    }
+    if a.graph_iters == 0 {
+        return Err("--graph-iters must be at least 1".into());
+    }
+    if a.nccl_lib.is_some() && !a.vs_nccl {
+        return Err("--nccl-lib needs --vs-nccl".into());
+    }
     Ok(a)
 }
 
-/// The requested sizes in bytes, before rounding to whole elements.
-pub fn sizes(a: &Args) -> Vec<u64> {
+/// The requested sizes in bytes of `mode`'s tables, before rounding to
+/// whole elements.
+pub fn sizes(a: &Args, mode: Mode) -> Vec<u64> {
     let mut out = Vec::new();
     let mut s = a.min_bytes;
-    while s <= a.max_bytes {
+    let max = a.max_bytes_of(mode);
+    while s <= max {
         out.push(s);
         let next = match a.step_bytes {
             Some(step) => s.checked_add(step),
@@ -376,6 +487,45 @@ mod tests {
         assert_eq!(a.colls, vec![CollKind::AllReduce]);
         assert_eq!(a.placement, Placement::Both);
         assert!(!a.vs_mpi && !a.vs_nccl);
+        assert_eq!(a.modes, vec![Mode::Blocking]);
+        assert_eq!((a.stream_max_bytes, a.nccl_lib.clone()), (None, None));
+    }
+
+    #[test]
+    fn modes_and_nccl_library() {
+        let a = p("--mode all --vs-nccl --nccl-lib /opt/nccl/libnccl.so.2").unwrap();
+        assert_eq!(a.modes, vec![Mode::Blocking, Mode::Async, Mode::Graph]);
+        assert_eq!(a.nccl_lib, Some(PathBuf::from("/opt/nccl/libnccl.so.2")));
+        let b = p("--mode=graph,async,graph").unwrap();
+        assert_eq!(b.modes, vec![Mode::Graph, Mode::Async]);
+        assert_eq!(p("--mode ASYNC").unwrap().modes, vec![Mode::Async]);
+        assert_eq!(p("").unwrap().graph_iters, 20);
+        assert_eq!(p("--graph-iters 5").unwrap().graph_iters, 5);
+        let c = p("-b 8 -e 1G --stream-maxbytes 64M --mode all").unwrap();
+        assert_eq!(c.max_bytes_of(Mode::Blocking), 1 << 30);
+        assert_eq!(c.max_bytes_of(Mode::Async), 64 << 20);
+        assert_eq!(c.max_bytes_of(Mode::Graph), 64 << 20);
+        assert_eq!(sizes(&c, Mode::Graph).last(), Some(&(64 << 20)));
+        assert_eq!(sizes(&c, Mode::Blocking).last(), Some(&(1 << 30)));
+        // A stream cap above --maxbytes changes nothing.
+        let d = p("-e 1M --stream-maxbytes 1G").unwrap();
+        assert_eq!(d.max_bytes_of(Mode::Async), 1 << 20);
+        assert_eq!(Mode::parse(" graph "), Some(Mode::Graph));
+        assert!(Mode::Async.on_stream() && !Mode::Blocking.on_stream());
+        for bad in [
+            "--mode",
+            "--mode stream",
+            "--mode ,",
+            "--nccl-lib",
+            "--nccl-lib=",
+            "--nccl-lib /x/libnccl.so.2",
+            "--stream-maxbytes 4 -b 8",
+            "--stream-maxbytes x",
+            "--graph-iters 0",
+            "--graph-iters",
+        ] {
+            assert!(p(bad).is_err(), "accepted: {bad}");
+        }
     }
 
     #[test]
@@ -459,12 +609,13 @@ mod tests {
     #[test]
     fn size_sweeps() {
         let a = p("-b 8 -e 64 -f 2").unwrap();
-        assert_eq!(sizes(&a), vec![8, 16, 32, 64]);
+        let m = Mode::Blocking;
+        assert_eq!(sizes(&a, m), vec![8, 16, 32, 64]);
         let b = p("-b 8 -e 70 -f 4").unwrap();
-        assert_eq!(sizes(&b), vec![8, 32]);
+        assert_eq!(sizes(&b, m), vec![8, 32]);
         let c = p("-b 10 -e 40 -i 10").unwrap();
-        assert_eq!(sizes(&c), vec![10, 20, 30, 40]);
+        assert_eq!(sizes(&c, m), vec![10, 20, 30, 40]);
         let d = p("-b 1K -e 1K -f 1").unwrap();
-        assert_eq!(sizes(&d), vec![1024]);
+        assert_eq!(sizes(&d, m), vec![1024]);
     }
 }

@@ -1,5 +1,6 @@
 //! Table rows and JSON records, nccl-tests style.
 
+use crate::args::Mode;
 use gpucoll::CollKind;
 
 /// nccl-tests' bus-bandwidth factor: algbw × factor is the bandwidth each
@@ -79,18 +80,78 @@ pub struct Measure {
 #[derive(Debug, Clone)]
 pub enum NcclMeasure {
     Time {
-        /// Mean of blocking calls (each followed by a stream synchronize).
+        /// Mean per call on ordinary device buffers, in the row's mode
+        /// (blocking: each call followed by a stream synchronize).
         time_us: f64,
         algbw: f64,
         busbw: f64,
-        /// Mean per call of a loop of calls with one synchronize at the end.
-        async_time_us: f64,
+        /// Blocking rows: mean per call of a loop of calls with one
+        /// synchronize at the end; async rows: `time_us`; graph rows: `None`.
+        async_time_us: Option<f64>,
         iters: usize,
         /// Wrong elements summed over ranks; `None` when not checked.
         wrong: Option<u64>,
+        /// The same on symmetric windows; `None` when this NCCL has none.
+        sym: Option<SymMeasure>,
     },
     /// This libnccl has no such collective.
     Unsupported,
+}
+
+/// NCCL on symmetric-window buffers (`ncclMemAlloc` memory registered with
+/// `ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC)`).
+#[derive(Debug, Clone)]
+pub struct SymMeasure {
+    pub time_us: f64,
+    pub algbw: f64,
+    pub busbw: f64,
+    pub iters: usize,
+    pub wrong: Option<u64>,
+}
+
+/// NCCL's faster buffer kind for one row.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Best {
+    pub time_us: f64,
+    pub busbw: f64,
+    /// "ordinary" or "symmetric".
+    pub kind: &'static str,
+}
+
+impl NcclMeasure {
+    /// The faster of ordinary and symmetric-window buffers ("NCCL best").
+    pub fn best(&self) -> Option<Best> {
+        match self {
+            NcclMeasure::Time {
+                time_us,
+                busbw,
+                sym,
+                ..
+            } => Some(match sym {
+                Some(s) if s.time_us > 0.0 && (s.time_us < *time_us || *time_us <= 0.0) => Best {
+                    time_us: s.time_us,
+                    busbw: s.busbw,
+                    kind: "symmetric",
+                },
+                _ => Best {
+                    time_us: *time_us,
+                    busbw: *busbw,
+                    kind: "ordinary",
+                },
+            }),
+            NcclMeasure::Unsupported => None,
+        }
+    }
+
+    /// Wrong elements of every NCCL run of the row.
+    pub fn wrong(&self) -> u64 {
+        match self {
+            NcclMeasure::Time { wrong, sym, .. } => {
+                wrong.unwrap_or(0) + sym.as_ref().and_then(|s| s.wrong).unwrap_or(0)
+            }
+            NcclMeasure::Unsupported => 0,
+        }
+    }
 }
 
 /// MPI's own collective on the same data.
@@ -104,6 +165,7 @@ pub enum MpiMeasure {
 /// Everything printed on one line.
 #[derive(Debug, Clone)]
 pub struct Row {
+    pub mode: Mode,
     pub coll: CollKind,
     pub dtype: &'static str,
     pub op: String,
@@ -141,10 +203,10 @@ fn fmt_measure(m: Option<&Measure>, shown: bool) -> String {
     }
 }
 
-const NCCL_W: usize = 7 + 2 + 6 + 2 + 7 + 2 + 6 + 2 + 7 + 2 + 7;
+const NCCL_W: usize = 7 + 2 + 6 + 2 + 7 + 2 + 6 + 2 + 7 + 2 + 7 + 2 + 7 + 2 + 6 + 2 + 7 + 2 + 7;
 
-/// The three header lines for a table.
-pub fn header(show_oop: bool, show_ip: bool, vs_mpi: bool, vs_nccl: bool) -> String {
+/// The three header lines for a table of `mode`.
+pub fn header(mode: Mode, show_oop: bool, show_ip: bool, vs_mpi: bool, vs_nccl: bool) -> String {
     let mut l1 = format!("#{:>54}", "");
     let mut l2 = format!(
         "#{:>11}  {:>12}  {:>8}  {:>9}  {:>6}",
@@ -173,18 +235,19 @@ pub fn header(show_oop: bool, show_ip: bool, vs_mpi: bool, vs_nccl: bool) -> Str
         l3.push_str(&format!("  {:>9}  {:>7}", "(us)", "mpi/gc"));
     }
     if vs_nccl {
-        l1.push_str(&format!(
-            "  {:^w$}",
-            "NCCL (blocking; async loop)",
-            w = NCCL_W
-        ));
+        let title = match mode {
+            Mode::Blocking => "NCCL blocking (async loop; symmetric windows; best)",
+            Mode::Async => "NCCL queued on a stream (symmetric windows; best)",
+            Mode::Graph => "NCCL graph replay (symmetric windows; best)",
+        };
+        l1.push_str(&format!("  {title:^w$}", w = NCCL_W));
         l2.push_str(&format!(
-            "  {:>7}  {:>6}  {:>7}  {:>6}  {:>7}  {:>7}",
-            "time", "busbw", "async", "#wrong", "busbw", "time"
+            "  {:>7}  {:>6}  {:>7}  {:>6}  {:>7}  {:>7}  {:>7}  {:>6}  {:>7}  {:>7}",
+            "time", "busbw", "async", "#wrong", "busbw", "time", "sym", "#wrong", "best", "time"
         ));
         l3.push_str(&format!(
-            "  {:>7}  {:>6}  {:>7}  {:>6}  {:>7}  {:>7}",
-            "(us)", "(GB/s)", "(us)", "", "gc/nccl", "gc/nccl"
+            "  {:>7}  {:>6}  {:>7}  {:>6}  {:>7}  {:>7}  {:>7}  {:>6}  {:>7}  {:>7}",
+            "(us)", "(GB/s)", "(us)", "", "gc/nccl", "gc/nccl", "(us)", "", "(us)", "gc/best"
         ));
     }
     format!("{}\n{}\n{}", l1.trim_end(), l2, l3)
@@ -210,6 +273,15 @@ impl Row {
             )),
             _ => None,
         }
+    }
+
+    /// (busbw gpucoll / busbw NCCL best, time gpucoll / time NCCL best).
+    pub fn nccl_best_ratios_of(&self, m: &Measure) -> Option<(Option<f64>, Option<f64>)> {
+        let b = self.nccl.as_ref()?.best()?;
+        Some((
+            (b.busbw > 0.0).then(|| m.busbw / b.busbw),
+            (b.time_us > 0.0).then(|| m.time_us / b.time_us),
+        ))
     }
 
     /// The NCCL ratios of the reference measure.
@@ -251,24 +323,38 @@ impl Row {
             let ratio = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{r:.3}"));
             match (&self.nccl, self.nccl_ratios()) {
                 (
-                    Some(NcclMeasure::Time {
-                        time_us,
-                        busbw,
-                        async_time_us,
-                        wrong,
-                        ..
-                    }),
+                    Some(
+                        n @ NcclMeasure::Time {
+                            time_us,
+                            busbw,
+                            async_time_us,
+                            wrong,
+                            sym,
+                            ..
+                        },
+                    ),
                     r,
                 ) => {
                     let (rb, rt) = r.unwrap_or((None, None));
+                    let wrong_s = |w: Option<u64>| w.map_or("N/A".to_string(), |w| w.to_string());
+                    let best = n.best();
+                    let best_ratio = self
+                        .reference()
+                        .and_then(|m| self.nccl_best_ratios_of(m))
+                        .and_then(|r| r.1);
                     s.push_str(&format!(
-                        "  {}  {:6.2}  {}  {:>6}  {:>7}  {:>7}",
+                        "  {}  {:6.2}  {:>7}  {:>6}  {:>7}  {:>7}  {:>7}  {:>6}  {:>7}  {:>7}",
                         fmt_time(*time_us),
                         busbw,
-                        fmt_time(*async_time_us),
-                        wrong.map_or("N/A".to_string(), |w| w.to_string()),
+                        async_time_us.map_or("-".to_string(), fmt_time),
+                        wrong_s(*wrong),
                         ratio(rb),
-                        ratio(rt)
+                        ratio(rt),
+                        sym.as_ref()
+                            .map_or("n/a".to_string(), |m| fmt_time(m.time_us)),
+                        sym.as_ref().map_or("-".to_string(), |m| wrong_s(m.wrong)),
+                        best.map_or("-".to_string(), |b| fmt_time(b.time_us)),
+                        ratio(best_ratio)
                     ))
                 }
                 _ => s.push_str(&format!("  {:>w$}", "n/a", w = NCCL_W)),
@@ -277,8 +363,15 @@ impl Row {
         s
     }
 
-    /// One JSON object per timed placement of this row.
-    pub fn json_objects(&self, ranks: usize, nodes: usize, backend: &str) -> Vec<String> {
+    /// One JSON object per timed placement of this row; `nccl_lib` is the
+    /// NCCL version and library file, when NCCL ran.
+    pub fn json_objects(
+        &self,
+        ranks: usize,
+        nodes: usize,
+        backend: &str,
+        nccl_lib: Option<(&str, &str)>,
+    ) -> Vec<String> {
         let mut out = Vec::new();
         for m in [&self.out_of_place, &self.in_place].into_iter().flatten() {
             let mut fields = vec![
@@ -303,6 +396,7 @@ impl Row {
                 format!("\"ranks\":{ranks}"),
                 format!("\"nodes\":{nodes}"),
                 format!("\"backend\":{}", json_str(backend)),
+                format!("\"mode\":{}", json_str(self.mode.name())),
             ];
             match &self.mpi {
                 Some(MpiMeasure::Time(t)) => {
@@ -323,32 +417,72 @@ impl Row {
                 }
                 None => {}
             }
+            if let (Some((version, lib)), Some(_)) = (nccl_lib, &self.nccl) {
+                fields.push(format!("\"nccl_version\":{}", json_str(version)));
+                fields.push(format!("\"nccl_lib\":{}", json_str(lib)));
+            }
             match &self.nccl {
-                Some(NcclMeasure::Time {
-                    time_us,
-                    algbw,
-                    busbw,
-                    async_time_us,
-                    iters,
-                    wrong,
-                }) => {
+                Some(
+                    n @ NcclMeasure::Time {
+                        time_us,
+                        algbw,
+                        busbw,
+                        async_time_us,
+                        iters,
+                        wrong,
+                        sym,
+                    },
+                ) => {
                     let (rb, rt) = self.nccl_ratios_of(m).unwrap_or((None, None));
                     let opt = |x: Option<f64>| x.map_or("null".to_string(), json_num);
+                    let count = |w: Option<u64>| w.map_or("null".to_string(), |w| w.to_string());
                     fields.push("\"nccl\":true".to_string());
                     fields.push(format!("\"nccl_time_us\":{}", json_num(*time_us)));
                     fields.push(format!("\"nccl_algbw_gbs\":{}", json_num(*algbw)));
                     fields.push(format!("\"nccl_busbw_gbs\":{}", json_num(*busbw)));
-                    fields.push(format!(
-                        "\"nccl_async_time_us\":{}",
-                        json_num(*async_time_us)
-                    ));
+                    fields.push(format!("\"nccl_async_time_us\":{}", opt(*async_time_us)));
                     fields.push(format!("\"nccl_iters\":{iters}"));
-                    fields.push(format!(
-                        "\"nccl_wrong\":{}",
-                        wrong.map_or("null".to_string(), |w| w.to_string())
-                    ));
+                    fields.push(format!("\"nccl_wrong\":{}", count(*wrong)));
                     fields.push(format!("\"busbw_ratio_vs_nccl\":{}", opt(rb)));
                     fields.push(format!("\"time_ratio_vs_nccl\":{}", opt(rt)));
+                    fields.push(format!("\"nccl_sym\":{}", sym.is_some()));
+                    let s = sym.as_ref();
+                    fields.push(format!(
+                        "\"nccl_sym_time_us\":{}",
+                        opt(s.map(|s| s.time_us))
+                    ));
+                    fields.push(format!(
+                        "\"nccl_sym_algbw_gbs\":{}",
+                        opt(s.map(|s| s.algbw))
+                    ));
+                    fields.push(format!(
+                        "\"nccl_sym_busbw_gbs\":{}",
+                        opt(s.map(|s| s.busbw))
+                    ));
+                    fields.push(format!(
+                        "\"nccl_sym_iters\":{}",
+                        s.map_or("null".to_string(), |s| s.iters.to_string())
+                    ));
+                    fields.push(format!(
+                        "\"nccl_sym_wrong\":{}",
+                        count(s.and_then(|s| s.wrong))
+                    ));
+                    let best = n.best();
+                    let (bb, bt) = self.nccl_best_ratios_of(m).unwrap_or((None, None));
+                    fields.push(format!(
+                        "\"nccl_best\":{}",
+                        best.map_or("null".to_string(), |b| json_str(b.kind))
+                    ));
+                    fields.push(format!(
+                        "\"nccl_best_time_us\":{}",
+                        opt(best.map(|b| b.time_us))
+                    ));
+                    fields.push(format!(
+                        "\"nccl_best_busbw_gbs\":{}",
+                        opt(best.map(|b| b.busbw))
+                    ));
+                    fields.push(format!("\"busbw_ratio_vs_nccl_best\":{}", opt(bb)));
+                    fields.push(format!("\"time_ratio_vs_nccl_best\":{}", opt(bt)));
                 }
                 Some(NcclMeasure::Unsupported) => {
                     fields.push("\"nccl\":false".to_string());
@@ -360,6 +494,12 @@ impl Row {
                         "nccl_wrong",
                         "busbw_ratio_vs_nccl",
                         "time_ratio_vs_nccl",
+                        "nccl_sym_time_us",
+                        "nccl_best",
+                        "nccl_best_time_us",
+                        "nccl_best_busbw_gbs",
+                        "busbw_ratio_vs_nccl_best",
+                        "time_ratio_vs_nccl_best",
                     ] {
                         fields.push(format!("\"{k}\":null"));
                     }
@@ -403,94 +543,6 @@ pub fn series(rows: &[Row]) -> Vec<Vec<&Row>> {
     out
 }
 
-/// Sizes up to this count as small messages in the summary's latency.
-pub const LATENCY_MAX_BYTES: u64 = 1024;
-
-/// A Markdown table (each line prefixed with `# `) of gpucoll against NCCL
-/// per collective: busbw at the largest size, peak busbw, small-message
-/// latency (the smallest mean time over sizes up to 1 KiB, or at the
-/// smallest size), and the geometric mean of the time ratio over all sizes.
-/// Empty when no row has NCCL figures.
-pub fn nccl_summary(rows: &[Row]) -> Vec<String> {
-    if !rows.iter().any(|r| r.nccl.is_some()) {
-        return Vec::new();
-    }
-    let mut out = vec![
-        "# gpucoll vs NCCL (gc = gpucoll out-of-place, in-place for broadcast; NCCL = blocking \
-         calls; ratios gc/nccl: busbw ratio < 1 and time ratio > 1 mean NCCL is faster; \
-         latency = smallest mean time over sizes <= 1 KiB)"
-            .to_string(),
-        "# | collective | type | op | largest | busbw gc | busbw nccl | ratio | peak gc | \
-         peak nccl | ratio | latency gc (us) | latency nccl (us) | ratio | time ratio \
-         geomean |"
-            .to_string(),
-        "# |---|---|---|---|---|---|---|---|---|---|---|---|---|---|".to_string(),
-    ];
-    for s in series(rows) {
-        let f = s[0];
-        let both: Vec<(&Row, &Measure, f64, f64)> = s
-            .iter()
-            .filter_map(|r| match (&r.nccl, r.reference()) {
-                (Some(NcclMeasure::Time { time_us, busbw, .. }), Some(m)) => {
-                    Some((*r, m, *time_us, *busbw))
-                }
-                _ => None,
-            })
-            .collect();
-        let name = format!("# | {} | {} | {} |", f.coll.name(), f.dtype, f.op);
-        let (Some(first), Some(last)) = (both.first(), both.last()) else {
-            out.push(format!("{name} n/a | | | | | | | | | | |"));
-            continue;
-        };
-        let ratio = |a: f64, b: f64| {
-            if b > 0.0 {
-                format!("{:.3}", a / b)
-            } else {
-                "-".to_string()
-            }
-        };
-        let peak_gc = both.iter().map(|x| x.1.busbw).fold(0.0, f64::max);
-        let peak_nccl = both.iter().map(|x| x.3).fold(0.0, f64::max);
-        let small: Vec<_> = both
-            .iter()
-            .filter(|x| x.0.bytes <= LATENCY_MAX_BYTES.max(first.0.bytes))
-            .collect();
-        let lat_gc = small
-            .iter()
-            .map(|x| x.1.time_us)
-            .fold(f64::INFINITY, f64::min);
-        let lat_nccl = small.iter().map(|x| x.2).fold(f64::INFINITY, f64::min);
-        let logs: Vec<f64> = both
-            .iter()
-            .filter(|x| x.1.time_us > 0.0 && x.2 > 0.0)
-            .map(|x| (x.1.time_us / x.2).ln())
-            .collect();
-        let geo = if logs.is_empty() {
-            "-".to_string()
-        } else {
-            format!(
-                "{:.3}",
-                (logs.iter().sum::<f64>() / logs.len() as f64).exp()
-            )
-        };
-        out.push(format!(
-            "{name} {} | {:.2} | {:.2} | {} | {:.2} | {:.2} | {} | {:.2} | {:.2} | {} | {} |",
-            fmt_bytes(last.0.bytes),
-            last.1.busbw,
-            last.3,
-            ratio(last.1.busbw, last.3),
-            peak_gc,
-            peak_nccl,
-            ratio(peak_gc, peak_nccl),
-            lat_gc,
-            lat_nccl,
-            ratio(lat_gc, lat_nccl),
-            geo
-        ));
-    }
-    out
-}
-
 /// A JSON string literal.
 pub fn json_str(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
@@ -520,6 +572,110 @@ pub fn json_num(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::summary::nccl_summary;
+
+    fn nccl_row(mode: Mode, ordinary_us: f64, sym_us: Option<f64>) -> Row {
+        let m = Measure {
+            in_place: false,
+            time_us: 8.0,
+            algbw: 0.5,
+            busbw: 0.5,
+            wrong: Some(0),
+            iters: 20,
+        };
+        Row {
+            mode,
+            coll: CollKind::AllGather,
+            dtype: "float",
+            op: "none".into(),
+            root: None,
+            bytes: 4096,
+            count: 512,
+            out_of_place: Some(m),
+            in_place: None,
+            mpi: None,
+            nccl: Some(NcclMeasure::Time {
+                time_us: ordinary_us,
+                algbw: 4.0 / ordinary_us,
+                busbw: 4.0 / ordinary_us,
+                async_time_us: (mode == Mode::Async).then_some(ordinary_us),
+                iters: 20,
+                wrong: Some(0),
+                sym: sym_us.map(|t| SymMeasure {
+                    time_us: t,
+                    algbw: 4.0 / t,
+                    busbw: 4.0 / t,
+                    iters: 20,
+                    wrong: Some(1),
+                }),
+            }),
+        }
+    }
+
+    #[test]
+    fn nccl_best_of_ordinary_and_symmetric() {
+        // Symmetric faster: best is symmetric, ratios against it.
+        let r = nccl_row(Mode::Graph, 10.0, Some(4.0));
+        let n = r.nccl.as_ref().unwrap();
+        let b = n.best().unwrap();
+        assert_eq!((b.time_us, b.kind), (4.0, "symmetric"));
+        assert_eq!(n.wrong(), 1);
+        let (_, rt) = r.nccl_best_ratios_of(r.reference().unwrap()).unwrap();
+        assert_eq!(rt, Some(2.0));
+        let line = r.format(true, false, false, true);
+        assert!(line.contains("   4.00") && line.contains("2.000"), "{line}");
+        // Graph rows have no async column.
+        assert!(line.contains("       -"), "{line}");
+        let js = &r.json_objects(2, 1, "cuda", Some(("2.28.9", "/x/libnccl.so.2")))[0];
+        for want in [
+            "\"mode\":\"graph\"",
+            "\"nccl_version\":\"2.28.9\"",
+            "\"nccl_lib\":\"/x/libnccl.so.2\"",
+            "\"nccl_time_us\":10",
+            "\"nccl_async_time_us\":null",
+            "\"nccl_sym\":true",
+            "\"nccl_sym_time_us\":4",
+            "\"nccl_sym_wrong\":1",
+            "\"nccl_best\":\"symmetric\"",
+            "\"nccl_best_time_us\":4",
+            "\"time_ratio_vs_nccl\":0.8",
+            "\"time_ratio_vs_nccl_best\":2",
+        ] {
+            assert!(js.contains(want), "{want} missing in {js}");
+        }
+        // Ordinary faster, or no symmetric windows: best is ordinary.
+        let o = nccl_row(Mode::Async, 3.0, Some(4.0));
+        assert_eq!(o.nccl.as_ref().unwrap().best().unwrap().kind, "ordinary");
+        let none = nccl_row(Mode::Blocking, 3.0, None);
+        let b = none.nccl.as_ref().unwrap().best().unwrap();
+        assert_eq!((b.time_us, b.kind), (3.0, "ordinary"));
+        let js = &none.json_objects(2, 1, "cuda", None)[0];
+        assert!(js.contains("\"nccl_sym\":false") && js.contains("\"nccl_sym_time_us\":null"));
+        assert!(!js.contains("nccl_version"));
+        assert!(none.format(true, false, false, true).contains("n/a"));
+        assert_eq!(NcclMeasure::Unsupported.best(), None);
+        // Headers name the mode's NCCL figures.
+        assert!(header(Mode::Graph, true, false, false, true).contains("graph replay"));
+        assert!(header(Mode::Async, true, false, false, true).contains("queued"));
+    }
+
+    #[test]
+    fn summary_per_mode_against_nccl_best() {
+        let rows = [
+            nccl_row(Mode::Blocking, 16.0, None),
+            nccl_row(Mode::Graph, 10.0, Some(4.0)),
+        ];
+        let g = nccl_summary(&rows, Mode::Graph);
+        assert_eq!(g.len(), 4);
+        assert!(g[0].contains("mode graph"));
+        let cells: Vec<&str> = g[3].split('|').map(str::trim).collect();
+        // latency gc 8 us vs NCCL best 4 us.
+        assert_eq!((cells[11], cells[12], cells[13]), ("8.00", "4.00", "2.000"));
+        let b = nccl_summary(&rows, Mode::Blocking);
+        let cells: Vec<&str> = b[3].split('|').map(str::trim).collect();
+        assert_eq!((cells[12], cells[13]), ("16.00", "0.500"));
+        assert!(nccl_summary(&rows, Mode::Async).is_empty());
+    }
 
     #[test]
     fn bus_factors_follow_nccl_tests() {
@@ -563,6 +719,7 @@ mod tests {
             iters: 20,
         };
         let row = Row {
+            mode: Mode::Blocking,
             coll: CollKind::AllReduce,
             dtype: "float",
             op: "sum".into(),
@@ -579,7 +736,8 @@ mod tests {
                 time_us: 5.0,
                 algbw: 0.2,
                 busbw: 0.3,
-                async_time_us: 4.0,
+                async_time_us: Some(4.0),
+                sym: None,
                 iters: 20,
                 wrong: Some(0),
             }),
@@ -589,12 +747,12 @@ mod tests {
         assert!((rb.unwrap() - 0.5).abs() < 1e-12 && (rt.unwrap() - 2.5).abs() < 1e-12);
         let nline = row.format(true, true, false, true);
         assert!(nline.contains("0.500") && nline.contains("2.500") && nline.contains("4.00"));
-        let hdr = header(true, true, false, true);
+        let hdr = header(Mode::Blocking, true, true, false, true);
         assert!(hdr.contains("NCCL") && hdr.contains("gc/nccl"));
         assert_eq!(hdr.lines().count(), 3);
         let line = row.format(true, true, true, false);
         assert!(line.contains("12.50") && line.contains("2.00") && line.contains("  -1"));
-        let js = row.json_objects(4, 1, "host");
+        let js = row.json_objects(4, 1, "host", None);
         assert_eq!(js.len(), 2);
         assert!(js[0].starts_with("{\"collective\":\"all_reduce\""));
         assert!(js[1].contains("\"in_place\":true"));
@@ -602,7 +760,7 @@ mod tests {
         assert!(js[0].contains("\"nccl_busbw_gbs\":0.3"));
         assert!(js[0].contains("\"busbw_ratio_vs_nccl\":0.5"));
         assert!(js[0].contains("\"iters\":20"));
-        let sum = nccl_summary(std::slice::from_ref(&row));
+        let sum = nccl_summary(std::slice::from_ref(&row), Mode::Blocking);
         assert_eq!(sum.len(), 4);
         assert!(sum[3].starts_with("# | all_reduce | float | sum | 1 KiB | 0.15 | 0.30 | 0.500"));
         let mut un = row.clone();
@@ -611,62 +769,12 @@ mod tests {
             .format(true, true, false, true)
             .trim_end()
             .ends_with("n/a"));
-        assert!(un.json_objects(2, 1, "cuda")[0].contains("\"nccl_time_us\":null"));
-        assert!(nccl_summary(&[un])[3].contains("n/a"));
+        assert!(un.json_objects(2, 1, "cuda", None)[0].contains("\"nccl_time_us\":null"));
+        assert!(nccl_summary(&[un], Mode::Blocking)[3].contains("n/a"));
         assert_eq!(fmt_bytes(8), "8 B");
         assert_eq!(fmt_bytes(1 << 30), "1 GiB");
         assert_eq!(fmt_bytes(1536), "1.5 KiB");
         assert_eq!(json_str("a\"b"), "\"a\\\"b\"");
         assert_eq!(json_num(f64::NAN), "null");
-    }
-
-    #[test]
-    fn nccl_summary_uses_small_sizes_for_latency() {
-        let mk = |bytes: u64, gc_us: f64, nccl_us: f64| Row {
-            coll: CollKind::AllGather,
-            dtype: "float",
-            op: "none".into(),
-            root: None,
-            bytes,
-            count: 1,
-            out_of_place: Some(Measure {
-                in_place: false,
-                time_us: gc_us,
-                algbw: bytes as f64 / gc_us / 1e3,
-                busbw: bytes as f64 / gc_us / 2e3,
-                wrong: Some(0),
-                iters: 5,
-            }),
-            in_place: None,
-            mpi: None,
-            nccl: Some(NcclMeasure::Time {
-                time_us: nccl_us,
-                algbw: bytes as f64 / nccl_us / 1e3,
-                busbw: bytes as f64 / nccl_us / 2e3,
-                async_time_us: nccl_us,
-                iters: 5,
-                wrong: Some(0),
-            }),
-        };
-        // The first size is an outlier; 256 B holds the latencies; 1 MiB
-        // is not a small message.
-        let rows = [
-            mk(8, 90.0, 45.0),
-            mk(256, 20.0, 16.0),
-            mk(1 << 20, 10.0, 5.0),
-        ];
-        let s = nccl_summary(&rows);
-        assert_eq!(s.len(), 4);
-        let cells: Vec<&str> = s[3].split('|').map(str::trim).collect();
-        // "# ", coll, type, op, largest, bw gc, bw nccl, ratio, peak gc,
-        // peak nccl, ratio, lat gc, lat nccl, ratio, geomean.
-        assert_eq!(cells[4], "1 MiB");
-        assert_eq!(cells[7], "0.500");
-        assert_eq!(
-            (cells[11], cells[12], cells[13]),
-            ("20.00", "16.00", "1.250")
-        );
-        let geo = (2.0f64 * 1.25 * 2.0).powf(1.0 / 3.0);
-        assert_eq!(cells[14], format!("{geo:.3}"));
     }
 }

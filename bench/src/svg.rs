@@ -1,7 +1,7 @@
 //! `--svg FILE`: busbw against size, one panel per collective (and datatype
 //! and op), gpucoll and NCCL as one line each. Hand-written SVG 1.1.
 
-use crate::report::{series, NcclMeasure, Row};
+use crate::report::{series, Row};
 use std::fmt::Write;
 
 const PANEL_W: f64 = 440.0;
@@ -59,10 +59,7 @@ fn lines_of(rows: &[&Row]) -> (Line, Line) {
         .collect();
     let nccl = rows
         .iter()
-        .filter_map(|r| match r.nccl {
-            Some(NcclMeasure::Time { busbw, .. }) => Some((r.bytes, busbw)),
-            _ => None,
-        })
+        .filter_map(|r| Some((r.bytes, r.nccl.as_ref()?.best()?.busbw)))
         .filter(|(b, y)| *b > 0 && y.is_finite())
         .collect();
     (gc, nccl)
@@ -263,11 +260,13 @@ pub fn plot(rows: &[Row], title: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Measure;
+    use crate::args::Mode;
+    use crate::report::{Measure, NcclMeasure};
     use gpucoll::CollKind;
 
     fn row(coll: CollKind, bytes: u64, gc: f64, nccl: Option<f64>) -> Row {
         Row {
+            mode: Mode::Blocking,
             coll,
             dtype: "float",
             op: "sum".into(),
@@ -288,7 +287,8 @@ mod tests {
                 time_us: 5.0,
                 algbw: b,
                 busbw: b,
-                async_time_us: 4.0,
+                async_time_us: Some(4.0),
+                sym: None,
                 iters: 5,
                 wrong: Some(0),
             }),

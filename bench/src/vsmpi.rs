@@ -49,6 +49,6 @@ pub fn measure<T: Elem>(
         Err(e) => return Err(format!("MPI reference collective: {e}")),
     }
     let mut run = || call(world, case, send, recv).map_err(|e| format!("MPI reference: {e}"));
-    let t = crate::time_calls(world, args, 0, &mut run)?;
+    let t = crate::timing::time_calls(world, args, 0, &mut run)?;
     Ok(MpiMeasure::Time(t.secs * 1e6))
 }

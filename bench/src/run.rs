@@ -1,0 +1,369 @@
+//! One table's rows: every size of one (collective, datatype, op) in one
+//! mode, gpucoll out of place and in place, then MPI and NCCL on the same
+//! data.
+
+use crate::args::{self, Mode};
+use crate::data::{Case, Elem};
+use crate::gpu::{DevBuf, GcGraph, GcStream, Gpu};
+use crate::report::{self, Measure, Row};
+use crate::timing::{self, sum_over_ranks, Queued, Timed, FIRST_SIZE_EXTRA_WARMUP};
+use crate::{vsmpi, vsnccl, Ctx, Fail};
+use gpucoll::{CollKind, Communicator, MemoryKind, RawBuffer, ReduceOp};
+use std::marker::PhantomData;
+
+/// A zeroed buffer, or a clean error when memory runs out (every rank
+/// allocates the same sizes, so they fail alike).
+fn alloc<T: Elem>(len: usize) -> Result<Vec<T>, Fail> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| {
+        Fail::Usage(format!(
+            "cannot allocate {} bytes for the buffers (lower --maxbytes)",
+            len.saturating_mul(T::DATATYPE.size())
+        ))
+    })?;
+    v.resize(len, T::default());
+    Ok(v)
+}
+
+fn host_buf<T: Elem>(s: &[T]) -> RawBuffer {
+    RawBuffer {
+        addr: s.as_ptr() as u64,
+        len: s.len() as u64,
+        dtype: T::DATATYPE,
+        memory: MemoryKind::Host,
+    }
+}
+
+/// A device buffer of `len` elements when running on a GPU and `len > 0`.
+fn dev_buf<T: Elem>(
+    gpu: Option<&Gpu>,
+    want: bool,
+    len: usize,
+) -> Result<Option<DevBuf<T>>, String> {
+    match gpu {
+        Some(g) if want && len > 0 => DevBuf::new(g, len).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// The buffer a collective gets: the device buffer when there is one, else
+/// the host slice.
+fn pick<T: Elem>(dev: &Option<DevBuf<T>>, host: &[T]) -> RawBuffer {
+    match dev {
+        Some(d) => d.raw(),
+        None => host_buf(host),
+    }
+}
+
+pub fn upload<T: Elem>(dev: &mut Option<DevBuf<T>>, host: &[T]) -> Result<(), String> {
+    match dev {
+        Some(d) => d.upload(host),
+        None => Ok(()),
+    }
+}
+
+pub fn download<T: Elem>(dev: &Option<DevBuf<T>>, host: &mut [T]) -> Result<(), String> {
+    match dev {
+        Some(d) => d.download(host),
+        None => Ok(()),
+    }
+}
+
+/// Device address of a buffer, if there is one.
+pub fn ptr<T: Elem>(d: &Option<DevBuf<T>>) -> Option<u64> {
+    d.as_ref().map(|d| d.ptr())
+}
+
+/// gpucoll's raw entry points on its stream, for the async and graph modes.
+struct GcQueued<'a, T: Elem> {
+    world: &'a Communicator,
+    stream: &'a GcStream,
+    case: &'a Case,
+    send: Option<u64>,
+    recv: Option<u64>,
+    _t: PhantomData<T>,
+}
+
+impl<T: Elem> Queued for GcQueued<'_, T> {
+    type Graph = GcGraph;
+    fn launch(&mut self) -> Result<(), String> {
+        // SAFETY: `send`/`recv` are device buffers of this size (run_type
+        // allocates them for the case), alive and untouched by the host
+        // until the stream is synchronized; graphs are dropped before them.
+        unsafe {
+            self.stream
+                .launch::<T>(self.world, self.case, self.send, self.recv)
+        }
+    }
+    fn sync(&mut self) -> Result<(), String> {
+        self.stream.sync(self.world)
+    }
+    fn begin_capture(&mut self) -> Result<(), String> {
+        self.stream.begin_capture()
+    }
+    fn end_capture(&mut self) -> Result<GcGraph, String> {
+        self.stream.end_capture()
+    }
+    fn replay(&mut self, graph: &GcGraph) -> Result<(), String> {
+        self.stream.replay(graph)
+    }
+}
+
+/// The stream-mode adapter for one placement: in place is send == recv
+/// for the raw entry points.
+fn queued<'a, T: Elem>(
+    ctx: &Ctx<'a>,
+    stream: &'a GcStream,
+    case: &'a Case,
+    send: Option<RawBuffer>,
+    recv: Option<RawBuffer>,
+    in_place: bool,
+) -> GcQueued<'a, T> {
+    let r = if in_place { send.or(recv) } else { recv };
+    let s = if in_place { r } else { send };
+    GcQueued {
+        world: ctx.world,
+        stream,
+        case,
+        send: s.map(|b| b.addr),
+        recv: r.map(|b| b.addr),
+        _t: PhantomData,
+    }
+}
+
+/// Time gpucoll on `send`/`recv` in `mode`: blocking through
+/// `raw_collective` (host or device buffers), the stream modes through the
+/// raw entry points on the context's stream.
+#[allow(clippy::too_many_arguments)]
+fn time_gpucoll<T: Elem>(
+    ctx: &Ctx<'_>,
+    mode: Mode,
+    extra: usize,
+    case: &Case,
+    send: Option<RawBuffer>,
+    recv: Option<RawBuffer>,
+    in_place: bool,
+) -> Result<Timed, String> {
+    let (world, args) = (ctx.world, ctx.args);
+    if mode == Mode::Blocking {
+        let mut call = || -> Result<(), String> {
+            // SAFETY: send/recv describe live, disjoint buffers (device
+            // buffers, or slices of the host vectors), which nothing else
+            // touches during the call.
+            unsafe { world.raw_collective(case.kind, send, recv, case.op, case.root, in_place) }
+                .map_err(|e| e.to_string())
+        };
+        return timing::time_calls(world, args, extra, &mut call);
+    }
+    let stream = ctx
+        .stream
+        .ok_or("the async and graph modes need the CUDA backend")?;
+    let mut q = queued::<T>(ctx, stream, case, send, recv, in_place);
+    timing::time_mode(world, args, mode, extra, &mut q)
+}
+
+/// One more call in `mode` for the correctness check (not timed).
+fn call_once<T: Elem>(
+    ctx: &Ctx<'_>,
+    mode: Mode,
+    case: &Case,
+    send: Option<RawBuffer>,
+    recv: Option<RawBuffer>,
+    in_place: bool,
+) -> Result<(), String> {
+    let world = ctx.world;
+    match (mode, ctx.stream) {
+        (Mode::Blocking, _) | (_, None) => {
+            // SAFETY: as in `time_gpucoll`.
+            unsafe { world.raw_collective(case.kind, send, recv, case.op, case.root, in_place) }
+                .map_err(|e| e.to_string())
+        }
+        (_, Some(stream)) => {
+            let mut q = queued::<T>(ctx, stream, case, send, recv, in_place);
+            timing::call_checked(mode, &mut q)
+        }
+    }
+}
+
+pub fn run_type<T: Elem>(
+    ctx: &mut Ctx<'_>,
+    mode: Mode,
+    kind: CollKind,
+    op: Option<ReduceOp>,
+    show_oop: bool,
+    show_ip: bool,
+) -> Result<(), Fail> {
+    let (world, args, rank, nranks) = (ctx.world, ctx.args, ctx.rank, ctx.nranks);
+    let elem = T::DATATYPE.size();
+    let case_for = |count: usize| Case {
+        kind,
+        op: op.unwrap_or(ReduceOp::Sum),
+        count,
+        nranks,
+        rank,
+        root: if kind.rooted() { args.root } else { 0 },
+    };
+    let (max_count, _) = report::count_for(kind, args.max_bytes_of(mode), elem, nranks);
+    let big = case_for(max_count);
+    let mut send: Vec<T> = alloc(big.input_len().max(1))?;
+    let mut recv: Vec<T> = alloc(big.output_len().max(big.in_place_len()).max(1))?;
+    let op_name = op.map_or("none".to_string(), |o| match o {
+        ReduceOp::PreMulSum(s) if s != 2.0 => format!("premul:{s}"),
+        o => o.name().to_string(),
+    });
+
+    let mut last_bytes = None;
+    for size in args::sizes(args, mode) {
+        let (count, bytes) = report::count_for(kind, size, elem, nranks);
+        if count == 0 || last_bytes == Some(bytes) {
+            continue;
+        }
+        let extra = if last_bytes.is_none() {
+            FIRST_SIZE_EXTRA_WARMUP
+        } else {
+            0
+        };
+        last_bytes = Some(bytes);
+        let case = case_for(count);
+        let what = || {
+            format!(
+                "rank {rank}: {} {} {} {} B, mode {}",
+                kind.name(),
+                T::DATATYPE.name(),
+                op_name,
+                bytes,
+                mode.name()
+            )
+        };
+        let fail = |e: String| Fail::Runtime(format!("{}: {e}", what()));
+
+        let mut row = Row {
+            mode,
+            coll: kind,
+            dtype: T::DATATYPE.name(),
+            op: op_name.clone(),
+            root: kind.rooted().then_some(args.root),
+            bytes,
+            count,
+            out_of_place: None,
+            in_place: None,
+            mpi: None,
+            nccl: None,
+        };
+
+        let (in_len, out_len, ip_len) = (case.input_len(), case.output_len(), case.in_place_len());
+        // NCCL has no bitwise or logical reductions.
+        let nccl = ctx
+            .nccl
+            .filter(|n| n.supports(kind) && !(kind.reduces() && case.op.integer_only()));
+        if ctx.nccl.is_some() && nccl.is_none() {
+            row.nccl = Some(report::NcclMeasure::Unsupported);
+        }
+        // Device buffers (on the CUDA backend) of exactly this size: the
+        // out-of-place pair (also NCCL's, except for broadcast) and the
+        // in-place buffer (also NCCL's broadcast buffer).
+        let gpu = ctx.gpu;
+        let nccl_oop = nccl.is_some() && kind != CollKind::Broadcast;
+        let mut d_send = dev_buf::<T>(gpu, show_oop || nccl_oop, in_len).map_err(fail)?;
+        let mut d_recv = dev_buf::<T>(gpu, show_oop || nccl_oop, out_len).map_err(fail)?;
+        let mut d_ip = dev_buf::<T>(gpu, show_ip || nccl.is_some(), ip_len).map_err(fail)?;
+
+        // Out of place.
+        if show_oop {
+            case.fill_input(&mut send[..in_len]);
+            upload(&mut d_send, &send[..in_len]).map_err(fail)?;
+            let sb = pick(&d_send, &send[..in_len]);
+            let rb = pick(&d_recv, &recv[..out_len]);
+            let send_arg = (in_len > 0).then_some(sb);
+            let recv_arg = (out_len > 0).then_some(rb);
+            let t = time_gpucoll::<T>(ctx, mode, extra, &case, send_arg, recv_arg, false)
+                .map_err(fail)?;
+            let wrong = if args.check {
+                case.fill_input(&mut send[..in_len]);
+                upload(&mut d_send, &send[..in_len]).map_err(fail)?;
+                recv[..out_len].fill(Case::poison::<T>());
+                upload(&mut d_recv, &recv[..out_len]).map_err(fail)?;
+                call_once::<T>(ctx, mode, &case, send_arg, recv_arg, false).map_err(fail)?;
+                download(&d_recv, &mut recv[..out_len]).map_err(fail)?;
+                let local = case.check_output(&recv[..out_len]);
+                Some(sum_over_ranks(world, local).map_err(fail)?)
+            } else {
+                None
+            };
+            let (algbw, busbw) = report::bandwidths(kind, nranks, bytes, t.secs);
+            row.out_of_place = Some(Measure {
+                in_place: false,
+                time_us: t.secs * 1e6,
+                algbw,
+                busbw,
+                wrong,
+                iters: t.iters,
+            });
+        }
+
+        // In place (MPI_IN_PLACE layout; reduce/gather/scatter only at the root).
+        if show_ip {
+            case.fill_in_place(&mut recv[..ip_len]);
+            upload(&mut d_ip, &recv[..ip_len]).map_err(fail)?;
+            let b = pick(&d_ip, &recv[..ip_len]);
+            let (send_arg, recv_arg, in_place) = if case.rank_in_place() {
+                (None, Some(b), true)
+            } else if kind == CollKind::Scatter {
+                (None, Some(b), false)
+            } else {
+                (Some(b), None, false)
+            };
+            let t = time_gpucoll::<T>(ctx, mode, extra, &case, send_arg, recv_arg, in_place)
+                .map_err(fail)?;
+            let wrong = if args.check {
+                case.fill_in_place(&mut recv[..ip_len]);
+                upload(&mut d_ip, &recv[..ip_len]).map_err(fail)?;
+                call_once::<T>(ctx, mode, &case, send_arg, recv_arg, in_place).map_err(fail)?;
+                download(&d_ip, &mut recv[..ip_len]).map_err(fail)?;
+                let local = case.check_in_place(&recv[..ip_len]);
+                Some(sum_over_ranks(world, local).map_err(fail)?)
+            } else {
+                None
+            };
+            let (algbw, busbw) = report::bandwidths(kind, nranks, bytes, t.secs);
+            row.in_place = Some(Measure {
+                in_place: true,
+                time_us: t.secs * 1e6,
+                algbw,
+                busbw,
+                wrong,
+                iters: t.iters,
+            });
+        }
+
+        // MPI's own collective on the same data, out of place (blocking).
+        if args.vs_mpi && mode == Mode::Blocking {
+            case.fill_input(&mut send[..in_len]);
+            let m = vsmpi::measure(world, args, &case, &send, &mut recv).map_err(fail)?;
+            row.mpi = Some(m);
+        }
+
+        // NCCL on the same data in the same mode.
+        if let Some(nccl) = nccl {
+            let mut bufs = vsnccl::Bufs {
+                send: &mut send,
+                recv: &mut recv,
+                d_send: &mut d_send,
+                d_recv: &mut d_recv,
+                d_ip: &mut d_ip,
+            };
+            let m = vsnccl::measure::<T>(ctx, nccl, mode, extra, &case, bytes, &mut bufs)
+                .map_err(fail)?;
+            row.nccl = Some(m);
+        }
+
+        ctx.print(&row.format(
+            show_oop,
+            show_ip,
+            args.vs_mpi && mode == Mode::Blocking,
+            ctx.nccl.is_some(),
+        ));
+        ctx.rows.push(row);
+    }
+    Ok(())
+}
