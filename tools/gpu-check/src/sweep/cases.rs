@@ -139,7 +139,12 @@ pub(crate) fn case<T: Elem>(
         }
     };
     let red_at = |idx_of: &dyn Fn(usize) -> u64| {
-        reduce_exact(op, (0..n).map(|r| input_val::<T>(r, idx_of(r), true)), n, float)
+        reduce_exact(
+            op,
+            (0..n).map(|r| input_val::<T>(r, idx_of(r), true)),
+            n,
+            float,
+        )
     };
     match kind {
         CollKind::AllReduce => {
