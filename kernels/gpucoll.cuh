@@ -96,7 +96,11 @@ struct GcChanStatus {
   uint64_t got;       // metadata received (GC_ERR_META)
   uint64_t want;      // metadata expected
   uint64_t progress;  // pieces moved (monotone while the kernel runs)
-  uint64_t pad[4];
+  // Channel 0 only: seq + 1 of the last launch whose blocks all finished,
+  // stored by its last block, so a blocking call's host thread sees the end
+  // by reading host memory instead of querying the stream (1.3 us a query).
+  uint64_t done;
+  uint64_t pad[3];
 };
 
 // One item's steps on one channel of a group launch: 16 bytes.

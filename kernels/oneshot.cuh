@@ -316,14 +316,20 @@ __device__ void direct_all_reduce(const GcDirectArgs& a) {
   } else {
     direct_simple<T, OP>(a, e, poff, &stop);
   }
+  // Every thread's output stores reach the GPU before its block counts.
+  __threadfence();
   __syncthreads();
   if (threadIdx.x == 0 && !stop) {
     // Every block read the epoch at its start, so the last one to finish
-    // may advance it for the next launch (stream order publishes it).
+    // may advance it for the next launch (stream order publishes it), and
+    // tell a waiting host (GcChanStatus::done; a stopped launch never does:
+    // the host then sees the end through the stream).
     __threadfence();
     if (atomicAdd(&ctl->done, 1u) == gridDim.x - 1) {
       ctl->done = 0;
       ctl->epoch = e;
+      __threadfence_system();
+      st_vol64(a.status + offsetof(GcChanStatus, done), (a.meta >> 32) + 1);
     }
   }
 }

@@ -22,6 +22,22 @@ __device__ __forceinline__ void st_vol32(uint64_t addr, uint32_t v) {
   *reinterpret_cast<volatile uint32_t*>(addr) = v;
 }
 
+// The end of a launch, in every block once it left its work (finished or
+// stopped): the last block to get here resets the launch's block counter
+// `*blocks` (device memory) and stores `tag` into channel 0's
+// GcChanStatus::done (host memory). The fences make every block's writes
+// visible on the GPU before the counter moves, and to the system before
+// the host can see the tag.
+__device__ __forceinline__ void finish_launch(uint32_t* blocks, uint64_t status, uint64_t tag) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0 && atomicAdd(blocks, 1u) == gridDim.x - 1) {
+    *blocks = 0;
+    __threadfence_system();
+    st_vol64(status + offsetof(GcChanStatus, done), tag);
+  }
+}
+
 // 16-byte load that bypasses L1 (the FIFO is written by another GPU or the host).
 __device__ __forceinline__ uint4 ld_vol128(const void* p) {
   uint4 v;

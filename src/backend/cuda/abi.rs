@@ -106,7 +106,9 @@ pub(crate) struct GcChanStatus {
     pub got: u64,
     pub want: u64,
     pub progress: u64,
-    pub pad: [u64; 4],
+    /// Channel 0: seq + 1 of the last launch whose blocks all finished.
+    pub done: u64,
+    pub pad: [u64; 3],
 }
 
 #[repr(C)]
@@ -276,6 +278,7 @@ mod layout_tests {
                     got,
                     want,
                     progress,
+                    done,
                     pad
                 }),
             ),

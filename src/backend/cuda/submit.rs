@@ -76,7 +76,7 @@ impl Inner {
         } else {
             Some(self.events.take()?)
         };
-        let mut pending = CudaPending::new(self.clone(), event, launch.first_seq);
+        let mut pending = CudaPending::new(self.clone(), event, launch.first_seq, stream as usize);
         if user && !captured {
             // The timeout clock starts when the caller's stream reaches our
             // work, not when it was queued behind the caller's own kernels.
@@ -108,8 +108,11 @@ impl Inner {
             self.upload_steps(&mut lowered, &mut res, stream, captured)?;
         }
         pending.res = Some(res);
+        // What the last kernel stores when its blocks finished (`CudaPending::done_tag`).
+        let mut tag = None;
         if let Some(parts) = group_launch {
             for (dtype, args, grid) in parts {
+                tag = Some(u64::from(args.seq) + 1);
                 // SAFETY: the tables `args` points to belong to this
                 // submission's work buffer (held by `pending` until
                 // completion, or kept for a captured graph); the buffers of
@@ -126,6 +129,7 @@ impl Inner {
                     dtype,
                     ..
                 } => {
+                    tag = Some(u64::from(args.seq) + 1);
                     // SAFETY: every address in `args` stays valid until the
                     // event recorded below completed (owned by `pending` or
                     // by the backend).
@@ -136,6 +140,7 @@ impl Inner {
                     dtype,
                     grid,
                 } => {
+                    tag = Some((args.meta >> 32) + 1);
                     // SAFETY: the buffers stay valid until the event below
                     // completed, the direct areas for the backend's life.
                     unsafe { launch::direct(&self.kernels, dtype, grid, &mut args, stream)? };
@@ -144,6 +149,9 @@ impl Inner {
         }
         if let Some(e) = &pending.event {
             driver::event_record(e.raw(), stream)?;
+        }
+        if blocking && !user {
+            pending.done_tag = tag;
         }
         if user && !captured {
             self.order().after(stream)?;

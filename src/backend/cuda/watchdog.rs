@@ -51,51 +51,75 @@ impl Watch {
         let _relaxed = driver::RelaxedCapture::enter().ok();
         let mut bound = false;
         let mut stopping: Option<Instant> = None;
+        // Work taken off the queue, oldest first; polled without the queue
+        // lock, so that queuing more (the program's launching thread) never
+        // waits for a round of event queries (1.3 µs each).
+        let mut work: Vec<CudaPending> = Vec::new();
         loop {
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-            while q.is_empty() && !self.stop.load(Ordering::Acquire) {
+            while work.is_empty() && q.is_empty() && !self.stop.load(Ordering::Acquire) {
                 q = self.wake.wait(q).unwrap_or_else(|p| p.into_inner());
             }
-            if q.is_empty() {
+            work.append(&mut q);
+            drop(q);
+            if work.is_empty() {
                 return;
             }
             if !bound {
                 bound = bind(ordinal).is_ok();
             }
-            let mut first = None;
-            q.retain_mut(|p| match p.poll(bound) {
-                None => true,
-                Some(Ok(())) => false,
-                Some(Err(e)) => {
-                    first.get_or_insert(e);
-                    false
-                }
-            });
-            if let Some(e) = first {
+            if let Some(e) = poll_in_order(&mut work, bound) {
                 self.record(e);
             }
-            if self.stop.load(Ordering::Acquire) && !q.is_empty() {
+            let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            if self.stop.load(Ordering::Acquire) && !(q.is_empty() && work.is_empty()) {
                 let t = *stopping.get_or_insert_with(Instant::now);
                 if t.elapsed() > give_up_after {
                     // The caller's stream never reached (or never finished)
                     // this work: leak it rather than free memory under it.
                     tracing::warn!(
-                        pending = q.len(),
+                        pending = q.len() + work.len(),
                         "CUDA backend dropped with stream work that never completed; leaking it"
                     );
-                    for p in q.drain(..) {
+                    for p in work.drain(..).chain(q.drain(..)) {
                         std::mem::forget(p);
                     }
                     return;
                 }
             }
-            let busy = !q.is_empty();
+            let busy = !(q.is_empty() && work.is_empty());
             drop(q);
             if busy {
                 std::thread::sleep(WATCH_POLL);
             }
         }
     }
+}
+
+/// Poll `work` (oldest first), dropping what finished; returns the first
+/// error. Work on one stream finishes in queue order, so once an item of a
+/// stream is still running the later ones of that stream are not queried
+/// (one event query per stream and round instead of one per item).
+fn poll_in_order(work: &mut Vec<CudaPending>, bound: bool) -> Option<Error> {
+    let mut running: Vec<usize> = Vec::new();
+    let mut first = None;
+    work.retain_mut(|p| {
+        if running.contains(&p.stream) {
+            return true;
+        }
+        match p.poll(bound) {
+            None => {
+                running.push(p.stream);
+                true
+            }
+            Some(Ok(())) => false,
+            Some(Err(e)) => {
+                first.get_or_insert(e);
+                false
+            }
+        }
+    });
+    first
 }
 
 impl Watchdog {
