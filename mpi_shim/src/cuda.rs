@@ -35,12 +35,13 @@ mod imp {
     }
 
     /// The GPU whose device memory `p` points into, or `None` for host
-    /// memory (pageable or pinned), null, or no CUDA. One driver call: for an
+    /// memory (pageable or pinned), null, or no CUDA. No driver call for the
+    /// stack and heap addresses `hostmem` recognises, else one: for an
     /// address the driver does not know, `cuPointerGetAttributes` succeeds
     /// and leaves the memory type 0.
     #[inline]
     pub fn device_of(p: *const c_void) -> Option<i32> {
-        if p.is_null() || !driver_present() {
+        if p.is_null() || !driver_present() || crate::hostmem::surely_host(p as usize) {
             return None;
         }
         let mut mt: u32 = 0;

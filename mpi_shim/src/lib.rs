@@ -29,6 +29,9 @@ mod errors;
 mod exec;
 mod fortran;
 mod handles;
+// Only the CUDA build classifies pointers.
+#[cfg(feature = "cuda")]
+mod hostmem;
 mod init;
 mod large_count;
 mod native;
