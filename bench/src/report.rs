@@ -119,20 +119,28 @@ pub struct Best {
 }
 
 impl NcclMeasure {
-    /// The faster of ordinary and symmetric-window buffers ("NCCL best").
+    /// The faster of ordinary and symmetric-window buffers ("NCCL best");
+    /// a kind whose results were wrong is never the best.
     pub fn best(&self) -> Option<Best> {
         match self {
             NcclMeasure::Time {
                 time_us,
                 busbw,
                 sym,
+                wrong,
                 ..
             } => Some(match sym {
-                Some(s) if s.time_us > 0.0 && (s.time_us < *time_us || *time_us <= 0.0) => Best {
-                    time_us: s.time_us,
-                    busbw: s.busbw,
-                    kind: "symmetric",
-                },
+                Some(s)
+                    if s.time_us > 0.0
+                        && s.wrong.unwrap_or(0) == 0
+                        && (s.time_us < *time_us || *time_us <= 0.0 || wrong.unwrap_or(0) > 0) =>
+                {
+                    Best {
+                        time_us: s.time_us,
+                        busbw: s.busbw,
+                        kind: "symmetric",
+                    }
+                }
                 _ => Best {
                     time_us: *time_us,
                     busbw: *busbw,
@@ -606,7 +614,7 @@ mod tests {
                     algbw: 4.0 / t,
                     busbw: 4.0 / t,
                     iters: 20,
-                    wrong: Some(1),
+                    wrong: Some(0),
                 }),
             }),
         }
@@ -619,7 +627,14 @@ mod tests {
         let n = r.nccl.as_ref().unwrap();
         let b = n.best().unwrap();
         assert_eq!((b.time_us, b.kind), (4.0, "symmetric"));
-        assert_eq!(n.wrong(), 1);
+        assert_eq!(n.wrong(), 0);
+        // Wrong results never count as the best.
+        let mut bad = r.clone();
+        if let Some(NcclMeasure::Time { sym: Some(s), .. }) = bad.nccl.as_mut() {
+            s.wrong = Some(3);
+        }
+        let nb = bad.nccl.as_ref().unwrap();
+        assert_eq!((nb.best().unwrap().kind, nb.wrong()), ("ordinary", 3));
         let (_, rt) = r.nccl_best_ratios_of(r.reference().unwrap()).unwrap();
         assert_eq!(rt, Some(2.0));
         let line = r.format(true, false, false, true);
@@ -635,7 +650,7 @@ mod tests {
             "\"nccl_async_time_us\":null",
             "\"nccl_sym\":true",
             "\"nccl_sym_time_us\":4",
-            "\"nccl_sym_wrong\":1",
+            "\"nccl_sym_wrong\":0",
             "\"nccl_best\":\"symmetric\"",
             "\"nccl_best_time_us\":4",
             "\"time_ratio_vs_nccl\":0.8",
