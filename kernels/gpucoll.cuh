@@ -133,6 +133,10 @@ struct GcArgs {
   // GcGroupEntry list and `items` one GcArgs per call. 0 for a single call.
   uint64_t items;      // const GcArgs*
   uint64_t entries;    // const GcGroupEntry*
+  // 1: the host waits for this launch by reading GcChanStatus::done (a
+  // blocking call's last launch); 0: no store (its fences cost ~2 us).
+  uint32_t notify;
+  uint32_t pad;
 };
 
 // ------------------------------------------------------------ direct path
@@ -146,6 +150,8 @@ struct GcArgs {
 // Direct flag: the inbox holds LL lines (data and epoch in every 8 bytes)
 // instead of raw data followed by a fenced flag.
 #define GC_FLAG_LL 8u
+// Direct flag: store the launch's end into GcChanStatus::done (GcArgs::notify).
+#define GC_FLAG_NOTIFY 16u
 // LL lines before the data lines of an inbox: one header line per block.
 #define GC_LL_HEADER_LINES GC_DIRECT_MAX_BLOCKS
 

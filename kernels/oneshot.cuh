@@ -316,8 +316,10 @@ __device__ void direct_all_reduce(const GcDirectArgs& a) {
   } else {
     direct_simple<T, OP>(a, e, poff, &stop);
   }
-  // Every thread's output stores reach the GPU before its block counts.
-  __threadfence();
+  const bool notify = a.flags & GC_FLAG_NOTIFY;
+  // Every thread's output stores reach the GPU before its block counts
+  // (only when the host is told: the fence is not free).
+  if (notify) __threadfence();
   __syncthreads();
   if (threadIdx.x == 0 && !stop) {
     // Every block read the epoch at its start, so the last one to finish
@@ -328,8 +330,10 @@ __device__ void direct_all_reduce(const GcDirectArgs& a) {
     if (atomicAdd(&ctl->done, 1u) == gridDim.x - 1) {
       ctl->done = 0;
       ctl->epoch = e;
-      __threadfence_system();
-      st_vol64(a.status + offsetof(GcChanStatus, done), (a.meta >> 32) + 1);
+      if (notify) {
+        __threadfence_system();
+        st_vol64(a.status + offsetof(GcChanStatus, done), (a.meta >> 32) + 1);
+      }
     }
   }
 }

@@ -30,6 +30,8 @@ pub(crate) const OP_SIGNED: u32 = 256;
 pub(crate) const OP_MASK: u32 = 255;
 /// `GC_FLAG_LL`: the direct one-shot uses LL lines.
 pub(crate) const FLAG_LL: u32 = 8;
+/// `GC_FLAG_NOTIFY`: the direct kernel stores its end into `GcChanStatus::done`.
+pub(crate) const FLAG_NOTIFY: u32 = 16;
 /// `GC_LL_HEADER_LINES`: header lines before an LL inbox's data lines.
 pub(crate) const LL_HEADER_LINES: u64 = 64;
 
@@ -133,6 +135,9 @@ pub(crate) struct GcArgs {
     pub items: u64,
     /// Group launch: `*const GcGroupEntry`.
     pub entries: u64,
+    /// 1: store the launch's end into `GcChanStatus::done`.
+    pub notify: u32,
+    pub pad: u32,
 }
 
 /// `GC_DIRECT_MAX_RANKS`.
@@ -190,7 +195,7 @@ const _: () = assert!(std::mem::size_of::<GcConn>() == 64);
 const _: () = assert!(std::mem::size_of::<GcChan>() == 16);
 const _: () = assert!(std::mem::size_of::<GcGroupEntry>() == 16);
 const _: () = assert!(std::mem::size_of::<GcChanStatus>() == 64);
-const _: () = assert!(std::mem::size_of::<GcArgs>() == 112);
+const _: () = assert!(std::mem::size_of::<GcArgs>() == 120);
 
 #[cfg(test)]
 mod layout_tests {
@@ -311,6 +316,8 @@ mod layout_tests {
                     op,
                     items,
                     entries,
+                    notify,
+                    pad,
                 }),
             ),
             ("GcFlag", rust_layout!(GcFlag { epoch, meta })),
@@ -405,6 +412,7 @@ mod layout_tests {
             ("GC_FLAG_PRE_OP", FLAG_PRE_OP.into()),
             ("GC_FLAG_POST_OP", FLAG_POST_OP.into()),
             ("GC_FLAG_LL", FLAG_LL.into()),
+            ("GC_FLAG_NOTIFY", FLAG_NOTIFY.into()),
             ("GC_ERR_NONE", ERR_NONE.into()),
             ("GC_ERR_ABORTED", ERR_ABORTED.into()),
             ("GC_ERR_META", ERR_META.into()),

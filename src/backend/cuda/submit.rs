@@ -2,6 +2,7 @@
 //! launch the kernels on our stream or the caller's, and hand back the
 //! [`CudaPending`] that completes it.
 
+use super::abi::FLAG_NOTIFY;
 use super::cache::Resources;
 use super::driver::{self, CUstream, Capture};
 use super::launch;
@@ -108,11 +109,19 @@ impl Inner {
             self.upload_steps(&mut lowered, &mut res, stream, captured)?;
         }
         pending.res = Some(res);
-        // What the last kernel stores when its blocks finished (`CudaPending::done_tag`).
+        // A blocking call on our own stream waits for its last kernel by
+        // reading host memory: that kernel stores `done_tag` when all its
+        // blocks finished (`notify`; other launches skip the store and its
+        // fences).
+        let notify = blocking && !user;
         let mut tag = None;
         if let Some(parts) = group_launch {
-            for (dtype, args, grid) in parts {
-                tag = Some(u64::from(args.seq) + 1);
+            let last = parts.len().saturating_sub(1);
+            for (k, (dtype, mut args, grid)) in parts.into_iter().enumerate() {
+                if notify && k == last {
+                    args.notify = 1;
+                    tag = Some(u64::from(args.seq) + 1);
+                }
                 // SAFETY: the tables `args` points to belong to this
                 // submission's work buffer (held by `pending` until
                 // completion, or kept for a captured graph); the buffers of
@@ -121,15 +130,20 @@ impl Inner {
             }
             lowered.items.clear();
         }
-        for item in lowered.items {
+        let last = lowered.items.len().saturating_sub(1);
+        for (k, item) in lowered.items.into_iter().enumerate() {
+            let tell = notify && k == last;
             match item {
                 Item::Steps {
                     nchans,
-                    args,
+                    mut args,
                     dtype,
                     ..
                 } => {
-                    tag = Some(u64::from(args.seq) + 1);
+                    if tell {
+                        args.notify = 1;
+                        tag = Some(u64::from(args.seq) + 1);
+                    }
                     // SAFETY: every address in `args` stays valid until the
                     // event recorded below completed (owned by `pending` or
                     // by the backend).
@@ -140,7 +154,10 @@ impl Inner {
                     dtype,
                     grid,
                 } => {
-                    tag = Some((args.meta >> 32) + 1);
+                    if tell {
+                        args.flags |= FLAG_NOTIFY;
+                        tag = Some((args.meta >> 32) + 1);
+                    }
                     // SAFETY: the buffers stay valid until the event below
                     // completed, the direct areas for the backend's life.
                     unsafe { launch::direct(&self.kernels, dtype, grid, &mut args, stream)? };
@@ -150,9 +167,7 @@ impl Inner {
         if let Some(e) = &pending.event {
             driver::event_record(e.raw(), stream)?;
         }
-        if blocking && !user {
-            pending.done_tag = tag;
-        }
+        pending.done_tag = tag;
         if user && !captured {
             self.order().after(stream)?;
         }
