@@ -11,7 +11,9 @@
  *   mpirun -n 2 shim_bench [--min B] [--max B] [--budget S] [--staging B,B]
  *                          [--host-only] [--json FILE]
  *
- * Times are per call, the slowest rank's mean over the timed calls. Each
+ * Times are per call: the ways run in 7 interleaved rounds of timed blocks
+ * (so that the machine's drift hits them alike); each block's time is the
+ * slowest rank's mean, and the median block is reported. Each
  * result is checked (every rank sends ones: every element must be nranks).
  * Rank 0 prints a table and, with --json, writes the rows. */
 #include "shimtest.h"
@@ -112,38 +114,86 @@ static int one_call(enum way w, void *send, void *recv, size_t count)
     }
 }
 
-/* Mean seconds per call (slowest rank) within about `budget` seconds, or a
- * negative number when a call failed or the result was wrong. */
-static double time_way(enum way w, void *send, void *recv, size_t count, double budget)
+/* Calls of way `w` that fit in about `seconds` (at least one), agreed by all ranks (after
+ * warm-up calls); negative when a call failed. */
+static long calls_for(enum way w, void *send, void *recv, size_t count, double seconds)
 {
     int rc = 0;
     for (int k = 0; k < 3 && !rc; k++) /* warm-up (and first-call setup) */
         rc = one_call(w, send, recv, count);
-    /* how many calls fit in the budget, agreed by all ranks */
     double t0 = now();
     rc |= one_call(w, send, recv, count);
     double once = now() - t0;
     MPI_Allreduce(MPI_IN_PLACE, &once, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    long iters = (long)(budget / (once > 1e-7 ? once : 1e-7));
-    iters = iters < 5 ? 5 : (iters > 2000 ? 2000 : iters);
+    MPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (rc)
+        return -1;
+    long iters = (long)(seconds / (once > 1e-7 ? once : 1e-7));
+    return iters < 1 ? 1 : (iters > 400 ? 400 : iters);
+}
+
+/* Seconds per call of one block of `iters` calls (slowest rank). */
+static double time_block(enum way w, void *send, void *recv, size_t count, long iters, int *rc)
+{
     MPI_Barrier(MPI_COMM_WORLD);
-    t0 = now();
-    for (long k = 0; k < iters && !rc; k++)
-        rc = one_call(w, send, recv, count);
+    double t0 = now();
+    for (long k = 0; k < iters && !*rc; k++)
+        *rc = one_call(w, send, recv, count);
     double per = (now() - t0) / (double)iters;
-    /* check: every rank sent ones */
-    float edge[2] = {0, 0};
-    if (count) {
-        st_dev_memcpy(&edge[0], recv, sizeof(float));
-        st_dev_memcpy(&edge[1], (float *)recv + count - 1, sizeof(float));
-    }
-    int bad = rc != 0 || (count && (edge[0] != (float)nranks || edge[1] != (float)nranks));
-    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &per, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    if (bad && rank == 0)
-        printf("# %s at %zu floats: %s\n", way_names[w], count,
-               rc ? "call failed" : "wrong result");
-    return bad ? -1.0 : per;
+    return per;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The ways in `run` timed in ROUNDS interleaved blocks (so that drift of the
+ * machine hits every way alike), each block about budget / ROUNDS seconds;
+ * t[w] = the median block's seconds per call, or -1 when a call failed or
+ * the result was wrong. */
+enum { ROUNDS = 7 };
+static void time_ways(const int run[NWAYS], void *send, void *recv, size_t count, double budget,
+                      double t[NWAYS])
+{
+    long iters[NWAYS];
+    int rc[NWAYS] = {0};
+    double blocks[NWAYS][ROUNDS];
+    for (int w = 0; w < NWAYS; w++)
+        if (run[w]) {
+            iters[w] = calls_for((enum way)w, send, recv, count, budget / ROUNDS);
+            if (iters[w] < 0)
+                rc[w] = 1;
+        }
+    for (int r = 0; r < ROUNDS; r++)
+        for (int w = 0; w < NWAYS; w++)
+            if (run[w] && !rc[w])
+                blocks[w][r] = time_block((enum way)w, send, recv, count, iters[w], &rc[w]);
+    for (int w = 0; w < NWAYS; w++) {
+        if (!run[w])
+            continue;
+        /* check: every rank sent ones */
+        float edge[2] = {0, 0};
+        if (count) {
+            /* recv holds the last way's result: call this one once more */
+            one_call((enum way)w, send, recv, count);
+            st_dev_memcpy(&edge[0], recv, sizeof(float));
+            st_dev_memcpy(&edge[1], (float *)recv + count - 1, sizeof(float));
+        }
+        int bad = rc[w] != 0 || (count && (edge[0] != (float)nranks || edge[1] != (float)nranks));
+        MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (bad && rank == 0)
+            printf("# %s at %zu floats: %s\n", way_names[w], count,
+                   rc[w] ? "call failed" : "wrong result");
+        if (bad) {
+            t[w] = -1.0;
+            continue;
+        }
+        qsort(blocks[w], ROUNDS, sizeof(double), cmp_double);
+        t[w] = blocks[w][ROUNDS / 2];
+    }
 }
 
 /* ---- host-call overhead ------------------------------------------------ */
@@ -278,14 +328,11 @@ int main(int argc, char **argv)
         for (size_t bytes = min; bytes <= max; bytes *= 2) {
             size_t count = bytes / sizeof(float);
             double t[NWAYS] = {-2, -2, -2, -2}; /* -2: not run */
-            t[W_MPI] = time_way(W_MPI, send, recv, count, budget);
-            if (have_nccl)
-                t[W_NCCL] = time_way(W_NCCL, send, recv, count, budget);
-            if (native)
-                t[W_NATIVE] = time_way(W_NATIVE, send, recv, count, budget);
+            int run[NWAYS] = {1, have_nccl, native != NULL, 0};
             for (int k = 0; k < nstaging; k++)
                 if (staging[k] == bytes)
-                    t[W_STAGED] = time_way(W_STAGED, send, recv, count, budget);
+                    run[W_STAGED] = 1;
+            time_ways(run, send, recv, count, budget, t);
             if (rank == 0) {
                 char cell[NWAYS][16];
                 for (int w = 0; w < NWAYS; w++)
