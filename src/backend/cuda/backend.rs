@@ -11,6 +11,7 @@ use super::driver::CUstream;
 use super::memory::bind;
 use super::order::stream_mode;
 use super::pending::ABORT_GRACE;
+use super::profile::Phase;
 use super::state::Inner;
 use super::watchdog::Watchdog;
 use crate::backend::{Backend, BackendCaps, Launch, PendingWork};
@@ -41,6 +42,12 @@ impl CudaBackend {
     /// The GPU this backend runs on.
     pub fn device_ordinal(&self) -> i32 {
         self.inner.ctx.ordinal
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        self.inner.profile.report(self.inner.rank);
     }
 }
 
@@ -76,7 +83,10 @@ impl Backend for CudaBackend {
         let own_stream = launch.stream.is_none();
         // SAFETY: forwarded contract; we wait for completion before returning.
         let mut p = unsafe { self.inner.submit(launch, own_stream)? };
-        p.wait()
+        let mut clock = self.inner.profile.clock();
+        let r = p.wait();
+        self.inner.profile.lap(&mut clock, Phase::Wait);
+        r
     }
 
     /// On the caller's stream: queue, hand the work to the watchdog thread,
@@ -98,7 +108,9 @@ impl Backend for CudaBackend {
         if p.done.is_some() {
             return Ok(());
         }
+        let mut clock = self.inner.profile.clock();
         self.watchdog.push(p);
+        self.inner.profile.lap(&mut clock, Phase::Watch);
         Ok(())
     }
 

@@ -16,6 +16,7 @@ use super::lower::Target;
 use super::memory::{bind, DevMem, DeviceCtx};
 use super::module::Kernels;
 use super::net::{self, NetLayout, NetProxy};
+use super::profile::HostProfile;
 use super::shm::{self, Segment};
 use super::state::Inner;
 use crate::backend::shared::failure::Failure;
@@ -457,6 +458,7 @@ impl CudaBackend {
         } = local;
         let Fifos { peers, block, .. } = fifos;
         let inner = Arc::new(Inner {
+            profile: HostProfile::from_env(),
             rank,
             nranks,
             ctx,

@@ -67,6 +67,7 @@ mod module;
 mod net;
 mod order;
 mod pending;
+mod profile;
 mod shm;
 mod staging;
 mod state;

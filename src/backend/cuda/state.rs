@@ -10,6 +10,7 @@ use super::memory::{bind, DevMem, DeviceCtx};
 use super::module::Kernels;
 use super::net::NetProxy;
 use super::order::Order;
+use super::profile::HostProfile;
 use super::shm::Segment;
 use crate::backend::shared::failure::{Failure, NodeSegments};
 use crate::error::Error;
@@ -58,6 +59,8 @@ pub(super) struct Inner {
     /// pinned staging, scratch memory): kept unchanged for the backend's
     /// life, since the graph may be replayed at any time.
     pub graph_keep: Mutex<Vec<Resources>>,
+    /// Host time per phase of a submission (`GPUCOLL_PROFILE_HOST=1`).
+    pub profile: HostProfile,
 }
 
 // SAFETY: the raw CUDA handles (functions in `kernels`, the context) are

@@ -10,6 +10,7 @@ use super::lower::{runs_as_oneshot, Item, Lowered, Mem};
 use super::memory::{bind, DevMem};
 use super::order::{stream_mode, Order};
 use super::pending::CudaPending;
+use super::profile::Phase;
 use super::state::Inner;
 use crate::backend::Launch;
 use crate::buffer::MemoryKind;
@@ -44,6 +45,7 @@ impl Inner {
         if let Some(e) = self.state_error() {
             return Err(e);
         }
+        let mut clock = self.profile.clock();
         bind(self.ctx.ordinal)?;
         let user = launch.stream.is_some();
         let stream: CUstream = match launch.stream {
@@ -72,6 +74,7 @@ impl Inner {
         }
         let mut res = Resources::default();
         let mut lowered = self.lower(&launch, &mut res)?;
+        self.profile.lap(&mut clock, Phase::Lower);
         let event = if blocking || captured {
             None
         } else {
@@ -93,6 +96,7 @@ impl Inner {
         if let Some(s) = &pending.started {
             driver::event_record(s.raw(), stream)?;
         }
+        self.profile.lap(&mut clock, Phase::Prepare);
         let group = launch.items.len() > 1;
         let group_launch = if group && lowered.step_items() > 1 {
             Some(self.upload_group(
@@ -109,6 +113,7 @@ impl Inner {
             self.upload_steps(&mut lowered, &mut res, stream, captured)?;
         }
         pending.res = Some(res);
+        self.profile.lap(&mut clock, Phase::Upload);
         // A blocking call on our own stream waits for its last kernel by
         // reading host memory: that kernel stores `done_tag` when all its
         // blocks finished (`notify`; other launches skip the store and its
@@ -164,6 +169,7 @@ impl Inner {
                 }
             }
         }
+        self.profile.lap(&mut clock, Phase::Launch);
         if let Some(e) = &pending.event {
             driver::event_record(e.raw(), stream)?;
         }
@@ -185,6 +191,7 @@ impl Inner {
             );
             pending.done = Some(Ok(()));
         }
+        self.profile.lap(&mut clock, Phase::Record);
         Ok(pending)
     }
 
