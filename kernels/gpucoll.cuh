@@ -95,7 +95,7 @@ struct GcChanStatus {
   uint32_t peer;      // peer involved in the error
   uint64_t got;       // metadata received (GC_ERR_META)
   uint64_t want;      // metadata expected
-  uint64_t progress;  // pieces moved (monotone while the kernel runs)
+  uint64_t progress;  // changes while the kernel moves pieces (seq << 32 | pieces; epoch)
   // Channel 0 only: seq + 1 of the last launch whose blocks all finished,
   // stored by its last block, so a blocking call's host thread sees the end
   // by reading host memory instead of querying the stream (1.3 us a query).

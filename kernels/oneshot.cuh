@@ -256,7 +256,9 @@ __device__ void direct_ll(const GcDirectArgs& a, uint64_t e, uint64_t poff, int*
     }
     if (!*stop) {
       GcChanStatus* st = reinterpret_cast<GcChanStatus*>(a.status + b * sizeof(GcChanStatus));
-      st_vol64((uint64_t)&st->progress, ld_vol64((uint64_t)&st->progress) + 1);
+      // The launch epoch: new at every launch, and a store only (reading
+      // the host-mapped counter would cost a PCIe round trip).
+      st_vol64((uint64_t)&st->progress, e);
     }
   }
   __syncthreads();
