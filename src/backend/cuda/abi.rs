@@ -4,6 +4,8 @@
 //! lays it out (`build/abi_layout.rs` generates the C side), so a field
 //! changed on one side only fails `cargo test`.
 
+use crate::datatype::Datatype;
+
 /// Step kinds.
 pub(crate) const STEP_FLOW: u32 = 0;
 pub(crate) const STEP_EXCHANGE: u32 = 1;
@@ -28,6 +30,19 @@ pub(crate) const OP_LXOR: u32 = 9;
 pub(crate) const OP_SIGNED: u32 = 256;
 /// `GC_OP_MASK`: the bits of the op code proper.
 pub(crate) const OP_MASK: u32 = 255;
+
+/// The datatype whose kernel runs `dtype`: signed integers run on the
+/// unsigned kernel of their width (add, mul and the bitwise ops are the
+/// same bits; the kernel reads [`OP_SIGNED`] for min, max and division),
+/// which keeps the kernel build short.
+pub(crate) fn kernel_dtype(dtype: Datatype) -> Datatype {
+    match dtype {
+        Datatype::I8 => Datatype::U8,
+        Datatype::I32 => Datatype::U32,
+        Datatype::I64 => Datatype::U64,
+        d => d,
+    }
+}
 /// `GC_FLAG_LL`: the direct one-shot uses LL lines.
 pub(crate) const FLAG_LL: u32 = 8;
 /// `GC_FLAG_NOTIFY`: the direct kernel stores its end into `GcChanStatus::done`.

@@ -101,19 +101,6 @@ pub(super) fn op_code(c: Combine, dtype: Datatype) -> u32 {
     }
 }
 
-/// The datatype whose kernel runs `dtype`: signed integers run on the
-/// unsigned kernel of their width (add, mul and the bitwise ops are the
-/// same bits; the kernel reads [`OP_SIGNED`] for min, max and division),
-/// which keeps the kernel build short.
-pub(super) fn kernel_dtype(dtype: Datatype) -> Datatype {
-    match dtype {
-        Datatype::I8 => Datatype::U8,
-        Datatype::I32 => Datatype::U32,
-        Datatype::I64 => Datatype::U64,
-        d => d,
-    }
-}
-
 /// The pre-scale of integer types, as the kernel applies it.
 pub(super) fn int_scale(dtype: Datatype, s: f64) -> u64 {
     match dtype {

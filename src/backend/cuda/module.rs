@@ -3,14 +3,14 @@
 
 use super::driver::{self, CUfunction};
 use super::handles::Module;
-use super::lower::kernel_dtype;
+use super::abi::kernel_dtype;
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 
 static FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gpucoll_kernels.fatbin"));
 
 /// The loaded module and its kernels, indexed by `Datatype as usize`; a
-/// signed integer type's entry is its unsigned kernel (`lower::kernel_dtype`).
+/// signed integer type's entry is its unsigned kernel (`abi::kernel_dtype`).
 pub(super) struct Kernels {
     /// Step interpreter (`gc_run_*`).
     pub steps: [CUfunction; 10],
