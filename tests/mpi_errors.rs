@@ -35,6 +35,12 @@ fn cases() -> Vec<Case> {
             .env("GPUCOLL_SIM_NODES", "2"),
         Case::new("raw_host::n2", 2, "raw_host"),
         Case::new("raw_host::n3", 3, "raw_host"),
+        // Rank 2 kills itself between all_reduces; ranks 0 and 1 must get an
+        // error naming it within 2 s, with the default GPUCOLL_TIMEOUT.
+        Case::new("dead_peer::n3", 3, "dead_peer")
+            .env("GPUCOLL_TIMEOUT", "300")
+            .survivors("DEADPEER ok", 2)
+            .timeout(90),
     ];
     for (name, var, val) in [
         ("algo_bogus", "GPUCOLL_ALGO", "bogus"),
@@ -61,6 +67,9 @@ fn main() {
 fn worker(scenario: &str) -> std::result::Result<(), String> {
     if scenario == "bad_env" {
         return scenario_bad_env();
+    }
+    if scenario == "dead_peer" {
+        scenario_dead_peer();
     }
     let universe = ok(gpucoll::initialize(), "initialize");
     let world = ok(universe.world(), "universe.world()");
@@ -1111,4 +1120,49 @@ fn scenario_raw_host(world: &Communicator, fails: &mut Vec<String>) {
     }
     still_works(world, "after raw errors", fails);
     let _ = nn;
+}
+
+/// Rank 2 dies (SIGKILL to itself) after 200 all_reduces; the survivors keep
+/// calling until one fails, and report how long after their last completed
+/// call the error came and what it said. They exit without finalizing MPI
+/// (a peer is gone), after freeing the communicator.
+fn scenario_dead_peer() -> ! {
+    let universe = ok(gpucoll::initialize(), "initialize");
+    let world = ok(universe.world(), "universe.world()");
+    let rank = world.rank();
+    let mut x = [1.0f32; 16];
+    let mut last_ok = Instant::now();
+    for i in 0.. {
+        if rank == 2 && i == 200 {
+            // SAFETY: kill(2) on our own pid; the process ends here.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        match world.all_reduce_in_place(&mut x[..], ReduceOp::Max) {
+            Ok(()) => last_ok = Instant::now(),
+            Err(e) => {
+                let after = last_ok.elapsed();
+                let msg = e.to_string();
+                let named = msg.contains("rank 2");
+                let peer = matches!(e, gpucoll::Error::PeerFailed(_))
+                    || matches!(e, gpucoll::Error::CommunicatorFailed(_));
+                let verdict = if named && peer && after < Duration::from_secs(2) {
+                    "DEADPEER ok"
+                } else {
+                    "DEADPEER FAIL"
+                };
+                println!(
+                    "{verdict} rank {rank}: error after {:.3} s: {msg}",
+                    after.as_secs_f64()
+                );
+                drop(world);
+                let _ = std::io::Write::flush(&mut std::io::stdout());
+                std::process::exit(0);
+            }
+        }
+        if i > 2_000_000 {
+            println!("DEADPEER FAIL rank {rank}: no error after {i} calls");
+            std::process::exit(1);
+        }
+    }
+    unreachable!("the loop only ends by exiting")
 }

@@ -29,6 +29,11 @@ pub struct Case {
     pub scenario: String,
     pub env: Vec<(String, String)>,
     pub timeout_s: u64,
+    /// Extra `mpirun` options (e.g. `--enable-recovery`).
+    pub mpirun_args: Vec<String>,
+    /// Judge by the output instead of mpirun's exit status (for cases where
+    /// a rank dies on purpose): this line must appear this many times.
+    pub expect_lines: Option<(String, usize)>,
 }
 
 impl Case {
@@ -39,7 +44,17 @@ impl Case {
             scenario: scenario.into(),
             env: Vec::new(),
             timeout_s: 300,
+            mpirun_args: Vec::new(),
+            expect_lines: None,
         }
+    }
+    /// A case in which a rank dies on purpose: mpirun keeps the others
+    /// (`--enable-recovery`) and the verdict is `n` lines starting with
+    /// `marker` in the output.
+    pub fn survivors(mut self, marker: &str, n: usize) -> Case {
+        self.mpirun_args.push("--enable-recovery".into());
+        self.expect_lines = Some((marker.to_string(), n));
+        self
     }
     pub fn env(mut self, k: &str, v: impl ToString) -> Case {
         self.env.push((k.to_string(), v.to_string()));
@@ -248,6 +263,7 @@ fn run_case(exe: &std::path::Path, c: &Case) -> (bool, String) {
         "-n",
     ]);
     cmd.arg(c.np.to_string());
+    cmd.args(&c.mpirun_args);
     // A deterministic environment: drop inherited GPUCOLL_* settings except
     // logging and an explicit backend choice.
     for (k, _) in std::env::vars() {
@@ -345,6 +361,19 @@ fn run_case(exe: &std::path::Path, c: &Case) -> (bool, String) {
             c.timeout_s
         ));
         return (false, out);
+    }
+    if let Some((marker, n)) = &c.expect_lines {
+        let seen = out
+            .lines()
+            .filter(|l| l.trim_start().starts_with(marker.as_str()))
+            .count();
+        let ok = seen == *n;
+        if !ok {
+            out.push_str(&format!(
+                "\n[launcher] expected {n} lines starting with {marker:?}, saw {seen}\n"
+            ));
+        }
+        return (ok, out);
     }
     match status {
         Some(st) if st.success() => (true, out),

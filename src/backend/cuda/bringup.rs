@@ -20,6 +20,7 @@ use super::profile::HostProfile;
 use super::shm::{self, Segment};
 use super::state::Inner;
 use crate::backend::shared::failure::Failure;
+use crate::backend::shared::liveness::PeerLiveness;
 use crate::backend::shared::setup::{self, random_tag};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -457,8 +458,14 @@ impl CudaBackend {
             kernels,
         } = local;
         let Fifos { peers, block, .. } = fifos;
+        let local_peers = topo.nodes[topo.node()]
+            .iter()
+            .filter(|&&r| r != rank)
+            .map(|&r| (r, a.pids[r]))
+            .collect();
         let inner = Arc::new(Inner {
             profile: HostProfile::from_env(),
+            liveness: PeerLiveness::new(local_peers),
             rank,
             nranks,
             ctx,

@@ -1,9 +1,9 @@
 //! The kernel module: the fatbin built by `build.rs`, loaded once per
 //! backend, and its entry points by datatype.
 
+use super::abi::kernel_dtype;
 use super::driver::{self, CUfunction};
 use super::handles::Module;
-use super::abi::kernel_dtype;
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 

@@ -67,6 +67,9 @@ pub(super) struct CudaPending {
     last_check: Instant,
     abort_seen: Option<Instant>,
     timed_out: bool,
+    /// A local peer's process died while this work waited (it fails the
+    /// communicator and is the error this work reports).
+    peer_dead: Option<Error>,
     /// Tells the NET proxy a launch is in flight (it then polls eagerly).
     active: Option<net::ActiveGuard>,
 }
@@ -101,6 +104,7 @@ impl CudaPending {
             last_check: now,
             abort_seen: None,
             timed_out: false,
+            peer_dead: None,
             active,
         }
     }
@@ -154,6 +158,9 @@ impl CudaPending {
 
     fn abort_error(&self) -> Error {
         let inner = &self.inner;
+        if let Some(e) = &self.peer_dead {
+            return e.clone();
+        }
         // The NET proxy raised the abort word: its error says why.
         if let Some(e) = inner.net_error() {
             return e;
@@ -270,6 +277,13 @@ impl CudaPending {
             if sum != self.last_sum {
                 self.last_sum = sum;
                 self.last_progress = now;
+            }
+            if self.peer_dead.is_none() {
+                if let Some(e) = self.inner.liveness.dead() {
+                    // Raises the node's abort words: our kernels leave.
+                    self.inner.mark_failed(e.to_string());
+                    self.peer_dead = Some(e);
+                }
             }
             if self.abort_seen.is_none() && self.inner.own().abort_word() != 0 {
                 self.abort_seen = Some(now);

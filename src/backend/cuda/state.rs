@@ -13,6 +13,7 @@ use super::order::Order;
 use super::profile::HostProfile;
 use super::shm::Segment;
 use crate::backend::shared::failure::{Failure, NodeSegments};
+use crate::backend::shared::liveness::PeerLiveness;
 use crate::error::Error;
 use crate::mpi::MpiComm;
 use std::sync::{Arc, Mutex};
@@ -61,6 +62,8 @@ pub(super) struct Inner {
     pub graph_keep: Mutex<Vec<Resources>>,
     /// Host time per phase of a submission (`GPUCOLL_PROFILE_HOST=1`).
     pub profile: HostProfile,
+    /// The processes of this node's other ranks (a dead one fails us).
+    pub liveness: PeerLiveness,
 }
 
 // SAFETY: the raw CUDA handles (functions in `kernels`, the context) are

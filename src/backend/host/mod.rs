@@ -25,6 +25,7 @@ pub(crate) mod shm;
 pub(crate) mod worker;
 
 use crate::backend::shared::failure::{Failure, NodeSegments};
+use crate::backend::shared::liveness::PeerLiveness;
 use crate::backend::shared::setup::{self, agree, random_tag};
 use crate::backend::{Backend, Launch, PendingWork};
 use crate::config::Config;
@@ -53,6 +54,8 @@ struct Inner {
     local_rank: usize,
     /// Index within its node of every rank on this node, else None.
     local_of: Vec<Option<usize>>,
+    /// The processes of this node's other ranks (a dead one fails us).
+    liveness: PeerLiveness,
     layout: SegLayout,
     timeout: Duration,
     parallel: bool,
@@ -157,7 +160,16 @@ impl Fabric for Inner {
         if let Some(e) = self.state_error() {
             return Err(e);
         }
-        self.node().peer_error().map_or(Ok(()), Err)
+        if let Some(e) = self.node().peer_error() {
+            return Err(e);
+        }
+        match self.liveness.dead() {
+            Some(e) => {
+                self.fail(&e);
+                Err(e)
+            }
+            None => Ok(()),
+        }
     }
 
     fn fail(&self, err: &Error) {
@@ -298,11 +310,17 @@ impl HostBackend {
                 let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
                 cores / node.len().max(1) >= 2
             });
+        let peers = node
+            .iter()
+            .filter(|&&r| r != rank)
+            .map(|&r| (r, pids[r]))
+            .collect();
         let inner = Arc::new(Inner {
             rank,
             nranks,
             local_rank,
             local_of,
+            liveness: PeerLiveness::new(peers),
             layout,
             timeout: config.timeout,
             parallel,

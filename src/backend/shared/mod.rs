@@ -4,10 +4,12 @@
 //!   unlinked once every peer mapped them, stale segments of dead
 //!   processes removed at start) and the control block with the abort word;
 //! * [`failure`]: "first error wins" failure state and the peer abort words;
+//! * [`liveness`]: local peers whose process died (they raise no abort word);
 //! * [`validate`]: the plan validator;
 //! * [`setup`]: the communicator tag and agreement on setup stages.
 
 pub(crate) mod failure;
+pub(crate) mod liveness;
 pub(crate) mod setup;
 pub(crate) mod shm;
 pub(crate) mod validate;
