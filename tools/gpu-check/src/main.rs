@@ -9,7 +9,7 @@
 //! backend) and one group launch mixes datatypes. `--perf` then times
 //! collectives.
 //!
-//! `--stage raw|graph|timeout` runs one stage on the public API instead:
+//! `--stage raw|graph|timeout|dead_peer` runs one stage on the public API instead:
 //! raw pointers on callers' streams, CUDA-graph capture and replay, a
 //! forced timeout.
 //!
@@ -107,6 +107,9 @@ fn run() -> i32 {
             return 2;
         }
     };
+    if opts.stage.as_deref() == Some("dead_peer") {
+        stages::stage_dead_peer(world);
+    }
     let mpi = Arc::new(MpiComm::world());
     let code = if let Some(name) = &opts.stage {
         let t = Instant::now();

@@ -1,10 +1,12 @@
 //! The stages on the public API (`--stage NAME`) and what they share:
 //! inputs, pending raw calls and their verification.
 
+mod dead_peer;
 mod graph;
 mod raw;
 mod timeout;
 
+pub(crate) use dead_peer::stage_dead_peer;
 use gpucoll::mpi::MpiComm;
 use gpucoll::{Communicator, DeviceBuffer};
 use graph::stage_graph;
