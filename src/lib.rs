@@ -56,7 +56,7 @@ pub mod tune;
 
 #[cfg(feature = "cuda")]
 pub use backend::cuda::{
-    memory_kind_of, CudaGraph, CudaStream, DeviceBuffer, DeviceView, DeviceViewMut,
+    device_memory, memory_kind_of, CudaGraph, CudaStream, DeviceBuffer, DeviceView, DeviceViewMut,
 };
 pub use buffer::{Buffer, BufferMut, MemoryKind, RawBuffer};
 pub use coll::{CudaStreamRaw, Group, Process};

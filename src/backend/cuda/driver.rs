@@ -91,6 +91,17 @@ pub(crate) fn device_count() -> Result<usize> {
     Ok(n.max(0) as usize)
 }
 
+/// Free and total bytes of the current context's device.
+pub(crate) fn mem_get_info() -> Result<(u64, u64)> {
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: writes two size_t.
+    check(
+        unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) },
+        "cuMemGetInfo",
+    )?;
+    Ok((free as u64, total as u64))
+}
+
 pub(crate) fn device_get(ordinal: i32) -> Result<CUdevice> {
     ensure()?;
     let mut d = 0;

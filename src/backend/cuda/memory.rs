@@ -83,6 +83,19 @@ pub fn device_count() -> usize {
     driver::device_count().unwrap_or(0)
 }
 
+/// Free and total bytes of device memory of GPU `ordinal` (`cuMemGetInfo`
+/// in its primary context), e.g. to watch for leaks or size allocations.
+///
+/// ```no_run
+/// let (free, total) = gpucoll::device_memory(0)?;
+/// println!("GPU 0: {} of {} MiB free", free >> 20, total >> 20);
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
+pub fn device_memory(ordinal: i32) -> Result<(u64, u64)> {
+    bind(ordinal)?;
+    driver::mem_get_info()
+}
+
 /// Where the memory at `addr` lives, as the CUDA driver sees it: device
 /// memory of some GPU, or host memory (anything the driver does not know,
 /// and pinned host memory). Without a CUDA driver everything is host memory.

@@ -80,7 +80,8 @@ pub use backend::CudaBackend;
 pub use bringup::p2p_disabled;
 pub use layout::FIFO_SLOTS;
 pub use memory::{
-    allocation_range, device_count, memory_kind_of, DeviceBuffer, DeviceView, DeviceViewMut,
+    allocation_range, device_count, device_memory, memory_kind_of, DeviceBuffer, DeviceView,
+    DeviceViewMut,
 };
 pub(crate) use memory::{bind, current_device};
 pub use stream::{CudaGraph, CudaStream};

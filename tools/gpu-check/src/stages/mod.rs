@@ -1,11 +1,13 @@
 //! The stages on the public API (`--stage NAME`) and what they share:
 //! inputs, pending raw calls and their verification.
 
+mod churn;
 mod dead_peer;
 mod graph;
 mod raw;
 mod timeout;
 
+use churn::stage_churn;
 pub(crate) use dead_peer::stage_dead_peer;
 use gpucoll::mpi::MpiComm;
 use gpucoll::{Communicator, DeviceBuffer};
@@ -72,6 +74,7 @@ pub(crate) fn run_stage(
         "raw" => stage_raw(world, log),
         "graph" => stage_graph(world, log),
         "timeout" => stage_timeout(world, mpi, log),
+        "churn" => stage_churn(world, log),
         other => Err(gpucoll::Error::InvalidUsage(format!(
             "unknown stage {other}"
         ))),
