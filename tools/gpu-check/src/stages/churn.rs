@@ -35,9 +35,9 @@ fn counters(gpu: i32) -> gpucoll::Result<Vec<(&'static str, i64)>> {
                 .count() as i64
         })
         .unwrap_or(-1);
-    let (free, _) = gpucoll::device_memory(gpu)?;
+    let (free, total) = gpucoll::device_memory(gpu)?;
     Ok(vec![
-        ("device memory used (KiB)", -((free / 1024) as i64)),
+        ("device memory in use (KiB)", ((total - free) / 1024) as i64),
         ("mappings", maps),
         ("open fds", count("/proc/self/fd")),
         ("threads", count("/proc/self/task")),
