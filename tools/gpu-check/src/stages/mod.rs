@@ -5,6 +5,7 @@ mod churn;
 mod dead_peer;
 mod graph;
 mod raw;
+mod soak;
 mod timeout;
 
 use churn::stage_churn;
@@ -13,6 +14,7 @@ use gpucoll::mpi::MpiComm;
 use gpucoll::{Communicator, DeviceBuffer};
 use graph::stage_graph;
 use raw::stage_raw;
+use soak::stage_soak;
 use std::ffi::c_void;
 use std::fmt::Write as _;
 use timeout::stage_timeout;
@@ -75,6 +77,7 @@ pub(crate) fn run_stage(
         "graph" => stage_graph(world, log),
         "timeout" => stage_timeout(world, mpi, log),
         "churn" => stage_churn(world, log),
+        "soak" => stage_soak(world, log),
         other => Err(gpucoll::Error::InvalidUsage(format!(
             "unknown stage {other}"
         ))),
