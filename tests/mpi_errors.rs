@@ -37,6 +37,17 @@ fn cases() -> Vec<Case> {
         Case::new("raw_host::n3", 3, "raw_host"),
         // Rank 2 kills itself between all_reduces; ranks 0 and 1 must get an
         // error naming it within 2 s, with the default GPUCOLL_TIMEOUT.
+        // A rank killed by SIGTERM in a collective loop, and a rank that
+        // exits without freeing its communicators: nothing may be left in
+        // /dev/shm, and no process behind.
+        Case::new("interrupted::sigterm_n3", 3, "interrupted")
+            .env("GPUCOLL_TEST_PARAMS", "mode=sigterm")
+            .leaves_nothing()
+            .timeout(90),
+        Case::new("interrupted::exit_n3", 3, "interrupted")
+            .env("GPUCOLL_TEST_PARAMS", "mode=exit")
+            .leaves_nothing()
+            .timeout(90),
         Case::new("dead_peer::n3", 3, "dead_peer")
             .env("GPUCOLL_TIMEOUT", "300")
             .survivors("DEADPEER ok", 2)
@@ -70,6 +81,9 @@ fn worker(scenario: &str) -> std::result::Result<(), String> {
     }
     if scenario == "dead_peer" {
         scenario_dead_peer();
+    }
+    if scenario == "interrupted" {
+        scenario_interrupted();
     }
     let universe = ok(gpucoll::initialize(), "initialize");
     let world = ok(universe.world(), "universe.world()");
@@ -1165,4 +1179,33 @@ fn scenario_dead_peer() -> ! {
         }
     }
     unreachable!("the loop only ends by exiting")
+}
+
+/// Rank 1 is interrupted in a loop of collectives on two communicators
+/// (`mode=sigterm`: SIGTERM to itself; `mode=exit`: exit(0) without freeing
+/// anything or finalizing MPI). The others stop with an error or are ended
+/// by mpirun; the launcher checks what is left behind.
+fn scenario_interrupted() -> ! {
+    let universe = ok(gpucoll::initialize(), "initialize");
+    let world = ok(universe.world(), "universe.world()");
+    let dup = ok(world.duplicate(), "duplicate");
+    let mode = param("mode").unwrap_or_default();
+    let rank = world.rank();
+    let mut x = vec![1u64; 4096];
+    for i in 0..1_000_000u64 {
+        if rank == 1 && i == 300 {
+            if mode == "sigterm" {
+                // SAFETY: kill(2) on our own pid.
+                unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+            } else {
+                std::process::exit(0);
+            }
+        }
+        let c = if i % 2 == 0 { &world } else { &dup };
+        if c.all_reduce_in_place(&mut x[..], ReduceOp::Max).is_err() {
+            // A peer is gone: leave without MPI (it cannot finish).
+            std::process::exit(1);
+        }
+    }
+    fail_now("rank 1 was never interrupted")
 }

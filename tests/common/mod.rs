@@ -34,6 +34,10 @@ pub struct Case {
     /// Judge by the output instead of mpirun's exit status (for cases where
     /// a rank dies on purpose): this line must appear this many times.
     pub expect_lines: Option<(String, usize)>,
+    /// A rank is interrupted on purpose: the verdict is that nothing is
+    /// left behind (no new gpucoll entry in /dev/shm, no process of this
+    /// test still running), whatever mpirun's exit status.
+    pub leaves_nothing: bool,
 }
 
 impl Case {
@@ -46,7 +50,13 @@ impl Case {
             timeout_s: 300,
             mpirun_args: Vec::new(),
             expect_lines: None,
+            leaves_nothing: false,
         }
+    }
+    /// See [`Case::leaves_nothing`].
+    pub fn leaves_nothing(mut self) -> Case {
+        self.leaves_nothing = true;
+        self
     }
     /// A case in which a rank dies on purpose: mpirun keeps the others
     /// (`--enable-recovery`) and the verdict is `n` lines starting with
@@ -310,6 +320,7 @@ fn run_case(exe: &std::path::Path, c: &Case) -> (bool, String) {
         .stdout(Stdio::from(file))
         .stderr(Stdio::from(file2))
         .process_group(0);
+    let shm_before = gpucoll_shm_entries();
     let mut child = match cmd.spawn() {
         Ok(ch) => ch,
         Err(e) => return (false, format!("cannot spawn mpirun: {e}")),
@@ -362,6 +373,35 @@ fn run_case(exe: &std::path::Path, c: &Case) -> (bool, String) {
         ));
         return (false, out);
     }
+    if c.leaves_nothing {
+        let mut problems = Vec::new();
+        // Ranks killed by mpirun may take a moment to be gone.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut stray = running_copies(exe);
+        while !stray.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            stray = running_copies(exe);
+        }
+        if !stray.is_empty() {
+            problems.push(format!("processes still running: {stray:?}"));
+        }
+        let left: Vec<String> = gpucoll_shm_entries()
+            .into_iter()
+            .filter(|e| !shm_before.contains(e))
+            .collect();
+        if !left.is_empty() {
+            problems.push(format!("left in /dev/shm: {left:?}"));
+        }
+        out.push_str(&format!(
+            "\n[launcher] after the interrupted job: {}\n",
+            if problems.is_empty() {
+                "nothing left behind".to_string()
+            } else {
+                problems.join("; ")
+            }
+        ));
+        return (problems.is_empty(), out);
+    }
     if let Some((marker, n)) = &c.expect_lines {
         let seen = out
             .lines()
@@ -386,6 +426,34 @@ fn run_case(exe: &std::path::Path, c: &Case) -> (bool, String) {
             (false, out)
         }
     }
+}
+
+/// gpucoll's entries in /dev/shm.
+fn gpucoll_shm_entries() -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("gpucoll"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Pids of processes running `exe`, other than this one.
+fn running_copies(exe: &std::path::Path) -> Vec<u32> {
+    let me = std::process::id();
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|&pid| pid != me)
+                .filter(|pid| {
+                    std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| p == exe)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 // ---------------------------------------------------------------------------
