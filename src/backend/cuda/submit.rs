@@ -105,6 +105,7 @@ impl Inner {
                 &lowered.items,
                 &mut res,
                 stream,
+                captured,
             )?)
         } else {
             None

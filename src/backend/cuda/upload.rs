@@ -25,6 +25,7 @@ impl Inner {
         launches: &[Item],
         res: &mut Resources,
         stream: CUstream,
+        captured: bool,
     ) -> Result<Vec<(Datatype, GcArgs, u32)>> {
         let mut parts = group_parts(chans, launches)?;
         let sbytes = std::mem::size_of_val(steps);
@@ -77,11 +78,34 @@ impl Inner {
             head.items = ditems;
             out.push((p.dtype, head, p.blocks.len() as u32));
         }
-        // SAFETY: device and pinned buffers hold `total` bytes; kernels that
-        // read the copy are queued after it on the same stream.
-        unsafe { driver::memcpy_htod_async(dbase, work.host.host, total, stream)? };
+        self.copy_tables(dbase, work.host.host, total, stream, captured)?;
         res.work = Some(work);
         Ok(out)
+    }
+
+    /// Copy `total` bytes of tables from pinned `host` to `dev` ahead of the
+    /// kernels on `stream`. While `stream` is being captured the copy is
+    /// made now, on our own stream, and waited for: the graph then holds
+    /// only the kernels (a copy node in it would run at every replay).
+    fn copy_tables(
+        &self,
+        dev: u64,
+        host: *mut u8,
+        total: usize,
+        stream: CUstream,
+        captured: bool,
+    ) -> Result<()> {
+        let on = if captured { self.stream.raw() } else { stream };
+        // SAFETY: both buffers hold `total` bytes and stay allocated until
+        // the kernels that read the copy completed (the submission's
+        // resources, or the backend's for a captured graph); kernels queued
+        // after the copy on the same stream read it, and a captured copy is
+        // complete before this returns.
+        unsafe { driver::memcpy_htod_async(dev, host, total, on)? };
+        if captured {
+            driver::stream_synchronize(on)?;
+        }
+        Ok(())
     }
 
     /// Upload the step and channel tables of a submission that is not a
@@ -146,8 +170,8 @@ impl Inner {
                 unsafe {
                     std::ptr::copy_nonoverlapping(sb.as_ptr(), work.host.host, sbytes);
                     std::ptr::copy_nonoverlapping(cb.as_ptr(), work.host.host.add(sbytes), cbytes);
-                    driver::memcpy_htod_async(work.dev.ptr, work.host.host, total, stream)?;
                 }
+                self.copy_tables(work.dev.ptr, work.host.host, total, stream, captured)?;
                 let p = work.dev.ptr;
                 res.work = Some(work);
                 p
