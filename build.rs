@@ -83,11 +83,18 @@ fn use_prebuilt(root: &Path, out: &Path, forced: bool) {
         "no nvcc found"
     };
     if let Err(e) = prebuilt::install(root, out, nvcc::FATBIN_FLAGS) {
+        let cause = if forced {
+            "GPUCOLL_PREBUILT_KERNELS=1 asks for the prebuilt ones (unset it to use nvcc)"
+        } else {
+            "no nvcc was found (searched $GPUCOLL_NVCC, $NVCC, $CUDA_HOME/bin, $CUDA_PATH/bin, \
+             PATH, /usr/local/cuda/bin, ./.cuda and python3's nvidia wheels)"
+        };
         panic!(
             "\n\nfeature `cuda`: {e}.\n\
-             The CUDA kernels must then be compiled from kernels/ with nvcc, but {why}. Either:\n  \
-             * install the pinned nvcc (CUDA 13.0) with `./scripts/setup.sh` (or point \
-             GPUCOLL_NVCC=/path/to/nvcc at a CUDA toolkit, unset GPUCOLL_PREBUILT_KERNELS), or\n  \
+             The CUDA kernels must then be compiled from kernels/ with nvcc, but {cause}. \
+             Either:\n  \
+             * install nvcc 13.0: `./scripts/setup.sh` puts the pinned wheels in ./.cuda, or \
+             point GPUCOLL_NVCC=/path/to/nvcc at a CUDA toolkit, or\n  \
              * regenerate the prebuilt kernels with `scripts/update-prebuilt-kernels` and commit \
              kernels/prebuilt/, or\n  \
              * build without the feature (`--no-default-features`: the host backend only).\n\n"
