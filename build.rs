@@ -1,74 +1,42 @@
 //! Build script.
 //!
-//! Without the `cuda` feature it does nothing. With it, it compiles every
-//! `kernels/*.cu` into ONE fatbin (SASS for sm_80 and sm_90, PTX for
-//! compute_90 so newer GPUs JIT it) in `OUT_DIR/gpucoll_kernels.fatbin`,
-//! which `src/backend/cuda` embeds with `include_bytes!`.
+//! Without the `cuda` feature it does nothing. With it, it puts the kernels
+//! in `OUT_DIR/gpucoll_kernels.fatbin` (SASS for sm_80 and sm_90, PTX for
+//! compute_90 so newer GPUs JIT it), which `src/backend/cuda` embeds with
+//! `include_bytes!`, and the layout of every struct and the value of every
+//! constant of `kernels/gpucoll.cuh` as nvcc sees them in
+//! `OUT_DIR/abi_layout.rs`, which the tests of `src/backend/cuda/abi.rs`
+//! compare field by field with the Rust mirrors (`build/abi_layout.rs`).
 //!
-//! It also writes `OUT_DIR/abi_layout.rs`: the layout of every struct and
-//! the value of every constant of `kernels/gpucoll.cuh` as nvcc sees them,
-//! which the tests of `src/backend/cuda/abi.rs` compare field by field with
-//! the Rust mirrors (`build/abi_layout.rs`).
-//!
-//! nvcc is searched in `$NVCC`, `$CUDA_HOME/bin`, `$CUDA_PATH/bin`, `PATH`,
-//! then `./.cuda/nvidia/cu13/bin` (the pinned PyPI wheels that
-//! `scripts/setup.sh --cuda` installs).
+//! When it finds nvcc (`build/nvcc.rs` says where it looks) it compiles
+//! every `kernels/*.cu` into ONE fatbin and runs the layout probe. When it
+//! finds none, or `GPUCOLL_PREBUILT_KERNELS=1`, it copies the committed
+//! `kernels/prebuilt/` files instead, provided their stamp still matches the
+//! sources (`build/prebuilt.rs`); `scripts/update-prebuilt-kernels`
+//! regenerates them.
 
 #[path = "build/abi_layout.rs"]
 mod abi_layout;
+#[path = "build/nvcc.rs"]
+mod nvcc;
+#[path = "build/prebuilt.rs"]
+mod prebuilt;
+#[path = "build/sha256.rs"]
+mod sha256;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=build/abi_layout.rs");
+    for module in ["abi_layout", "nvcc", "prebuilt", "sha256"] {
+        println!("cargo:rerun-if-changed=build/{module}.rs");
+    }
     println!("cargo:rerun-if-env-changed=CARGO_FEATURE_CUDA");
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
     }
     build_kernels();
-}
-
-fn is_file(p: &Path) -> bool {
-    p.is_file()
-}
-
-fn find_nvcc(root: &Path) -> Option<PathBuf> {
-    for var in ["NVCC", "CUDA_HOME", "CUDA_PATH"] {
-        println!("cargo:rerun-if-env-changed={var}");
-    }
-    println!("cargo:rerun-if-env-changed=PATH");
-    if let Some(p) = std::env::var_os("NVCC").map(PathBuf::from) {
-        if is_file(&p) {
-            return Some(p);
-        }
-        println!(
-            "cargo:warning=NVCC={} does not exist; searching elsewhere",
-            p.display()
-        );
-    }
-    for var in ["CUDA_HOME", "CUDA_PATH"] {
-        if let Some(home) = std::env::var_os(var) {
-            let p = PathBuf::from(home).join("bin").join("nvcc");
-            if is_file(&p) {
-                return Some(p);
-            }
-        }
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            let p = dir.join("nvcc");
-            if is_file(&p) {
-                return Some(p);
-            }
-        }
-    }
-    let p = root.join(".cuda/nvidia/cu13/bin/nvcc");
-    if is_file(&p) {
-        return Some(p);
-    }
-    None
 }
 
 fn build_kernels() {
@@ -97,43 +65,73 @@ fn build_kernels() {
         );
     }
 
-    let Some(nvcc) = find_nvcc(&root) else {
-        panic!(
-            "\n\nfeature `cuda` needs nvcc (CUDA 13.0) to compile kernels/*.cu, and none was found \
-             in $NVCC, $CUDA_HOME/bin, $CUDA_PATH/bin, PATH or ./.cuda/nvidia/cu13/bin.\n\
-             Either install the pinned PyPI wheels with `./scripts/setup.sh --cuda` (or by hand:\n  \
-             pip install --no-deps --target .cuda nvidia-cuda-nvcc==13.0.88 nvidia-cuda-runtime==13.0.96 \\\n    \
-             nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-cccl==13.0.85)\n\
-             or point NVCC=/path/to/nvcc at a CUDA toolkit, or build without the feature \
-             (`cargo build` without `--features cuda`).\n\n"
-        );
-    };
+    let forced = nvcc::prebuilt_forced();
+    match if forced { None } else { nvcc::find(&root) } {
+        Some(nvcc) => compile(&nvcc, &kdir, &sources, &out),
+        None => use_prebuilt(&root, &out, forced),
+    }
+}
 
-    // One relocatable-free compile per .cu file into a fatbin, then merged:
-    // with a single source file (the normal case) nvcc writes the fatbin
-    // directly.
-    let fatbin = out.join("gpucoll_kernels.fatbin");
-    let mut cmd = Command::new(&nvcc);
-    // --threads 0: the three targets compile in parallel on every core.
-    cmd.arg("-fatbin")
-        .args(["--threads", "0"])
-        .arg("-O3")
-        .arg("-std=c++17")
-        .arg("-lineinfo")
-        .arg("-I")
-        .arg(&kdir)
-        .args(["-gencode", "arch=compute_80,code=sm_80"])
-        .args(["-gencode", "arch=compute_90,code=sm_90"])
-        .args(["-gencode", "arch=compute_90,code=compute_90"])
-        // Left to itself nvcc stores these images uncompressed (13.8 MB;
-        // 2.7 MB compressed): every binary that embeds them grows by that.
-        .args(["-Xfatbin", "-compress-all"]);
-    if let Some(ccbin) = std::env::var_os("NVCC_CCBIN") {
+/// The committed kernels, when no nvcc was found or they were asked for.
+fn use_prebuilt(root: &Path, out: &Path, forced: bool) {
+    // Only a stamp written by compile() is what update-prebuilt-kernels
+    // copies back into the tree.
+    let _ = std::fs::remove_file(out.join(prebuilt::STAMP));
+    let why = if forced {
+        "GPUCOLL_PREBUILT_KERNELS=1"
+    } else {
+        "no nvcc found"
+    };
+    if let Err(e) = prebuilt::install(root, out, nvcc::FATBIN_FLAGS) {
+        let cause = if forced {
+            "GPUCOLL_PREBUILT_KERNELS=1 asks for the prebuilt ones (unset it to use nvcc)"
+        } else {
+            "no nvcc was found (searched $GPUCOLL_NVCC, $NVCC, $CUDA_HOME/bin, $CUDA_PATH/bin, \
+             PATH, /usr/local/cuda/bin, ./.cuda and python3's nvidia wheels)"
+        };
+        panic!(
+            "\n\nfeature `cuda`: {e}.\n\
+             The CUDA kernels must then be compiled from kernels/ with nvcc, but {cause}. \
+             Either:\n  \
+             * install nvcc 13.0: `./scripts/setup.sh` puts the pinned wheels in ./.cuda, or \
+             point GPUCOLL_NVCC=/path/to/nvcc at a CUDA toolkit, or\n  \
+             * regenerate the prebuilt kernels with `scripts/update-prebuilt-kernels` and commit \
+             kernels/prebuilt/, or\n  \
+             * build without the feature (`--no-default-features`: the host backend only).\n\n"
+        );
+    }
+    // Not a directive: cargo keeps it in the build script's output (shown
+    // by `cargo build -vv`), where CI checks which way the kernels came.
+    println!(
+        "gpucoll-build: kernels: prebuilt from {} ({why})",
+        prebuilt::DIR
+    );
+}
+
+/// Compiles `sources` into `out/gpucoll_kernels.fatbin` with `nvcc`, runs
+/// the ABI probe, and writes the stamp that `update-prebuilt-kernels`
+/// commits beside them.
+fn compile(nvcc: &Path, kdir: &Path, sources: &[PathBuf], out: &Path) {
+    // The digests of exactly the sources compiled, taken before nvcc starts.
+    let digests = prebuilt::source_digests(kdir).unwrap_or_else(|e| panic!("feature `cuda`: {e}"));
+    let fatbin = out.join(prebuilt::FATBIN);
+    let mut cmd = Command::new(nvcc);
+    // Run from the crate root with relative paths: the line info names
+    // `kernels/coll.cu`, not the path of whoever built it, so the prebuilt
+    // fatbin does not depend on where the tree was checked out.
+    cmd.current_dir(kdir.parent().expect("kernels/ has a parent"))
+        .args(nvcc::FATBIN_FLAGS)
+        .args(["-I", "kernels"]);
+    let ccbin = std::env::var("NVCC_CCBIN").ok();
+    if let Some(ccbin) = &ccbin {
         cmd.arg("-ccbin").arg(ccbin);
     }
     println!("cargo:rerun-if-env-changed=NVCC_CCBIN");
     if sources.len() == 1 {
-        cmd.arg("-o").arg(&fatbin).arg(&sources[0]);
+        let name = sources[0].file_name().expect("a kernel file has a name");
+        cmd.arg("-o")
+            .arg(&fatbin)
+            .arg(Path::new("kernels").join(name));
     } else {
         // Several translation units: compile them together as one through
         // a generated unit that includes them all.
@@ -149,7 +147,8 @@ fn build_kernels() {
         .spawn()
         .unwrap_or_else(|e| panic!("feature `cuda`: could not run {}: {e}", nvcc.display()));
     // The ABI probe (a few seconds) runs while the kernels compile.
-    let probe = abi_layout::write_layout(&nvcc, &kdir, &out);
+    let probe = abi_layout::write_layout(nvcc, kdir, out);
+    let version = nvcc::version(nvcc);
     let status = kernels
         .wait()
         .unwrap_or_else(|e| panic!("feature `cuda`: waiting for {}: {e}", nvcc.display()));
@@ -162,4 +161,12 @@ fn build_kernels() {
             nvcc.display()
         );
     }
+    // Only the stamp needs the version: a wrapper without --version still
+    // builds, and update-prebuilt-kernels refuses its unknown version.
+    let version = version.unwrap_or_else(|e| format!("unknown ({e})"));
+    let stamp = prebuilt::stamp_text(&version, nvcc::FATBIN_FLAGS, ccbin.as_deref(), &digests);
+    let stamp_path = out.join(prebuilt::STAMP);
+    std::fs::write(&stamp_path, stamp)
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", stamp_path.display()));
+    println!("gpucoll-build: kernels: compiled by {}", nvcc.display());
 }
