@@ -4,6 +4,7 @@
 mod churn;
 mod dead_peer;
 mod graph;
+mod oom;
 mod raw;
 mod soak;
 mod timeout;
@@ -13,6 +14,7 @@ pub(crate) use dead_peer::stage_dead_peer;
 use gpucoll::mpi::MpiComm;
 use gpucoll::{Communicator, DeviceBuffer};
 use graph::stage_graph;
+use oom::stage_oom;
 use raw::stage_raw;
 use soak::stage_soak;
 use std::ffi::c_void;
@@ -78,6 +80,7 @@ pub(crate) fn run_stage(
         "timeout" => stage_timeout(world, mpi, log),
         "churn" => stage_churn(world, log),
         "soak" => stage_soak(world, log),
+        "oom" => stage_oom(world, log),
         other => Err(gpucoll::Error::InvalidUsage(format!(
             "unknown stage {other}"
         ))),
