@@ -1,10 +1,12 @@
 //! `--stage oom`: every rank fills its GPU's memory first, then asks for
 //! what needs more device memory: a new communicator (its FIFOs), a
-//! collective on host buffers (staged through device memory). Each must
-//! either succeed or fail with an error: out-of-memory (`is_out_of_memory`)
-//! on a rank whose own allocation failed, or a setup error naming that rank
-//! on the others; never a panic or a hang. After the memory is given back
-//! the world communicator still works and a duplicate can be made.
+//! collective on host buffers (staged through device memory) on a duplicate
+//! made beforehand. Each must either succeed or fail with an error:
+//! out-of-memory (`is_out_of_memory`) on a rank whose own allocation failed;
+//! on the others a setup error naming that rank, or (for the collective,
+//! whose peers had started) the error of a failed communicator within the
+//! timeout; never a panic or a hang. After the memory is given back the
+//! world communicator still works and a new duplicate can be made.
 
 use gpucoll::{Communicator, DeviceBuffer, ReduceOp};
 use std::fmt::Write as _;
@@ -30,6 +32,8 @@ pub(crate) fn stage_oom(world: &Communicator, log: &mut String) -> gpucoll::Resu
         .device()
         .ok_or_else(|| gpucoll::Error::Backend("oom needs the CUDA backend".into()))?;
     let mut fails = 0usize;
+    // The communicator the pressure is applied to; `world` must not suffer.
+    let victim = world.duplicate()?;
     let (free0, total) = gpucoll::device_memory(gpu)?;
     let held = hog(gpu)?;
     let (free1, _) = gpucoll::device_memory(gpu)?;
@@ -47,8 +51,18 @@ pub(crate) fn stage_oom(world: &Communicator, log: &mut String) -> gpucoll::Resu
         Ok(()) => {
             let _ = writeln!(log, "rank {rank} ok: {what}: succeeded");
         }
-        // A setup stage that failed on another rank names that rank.
-        Err(e) if e.is_out_of_memory() || e.to_string().contains("ranks [") => {
+        // A setup stage that failed on another rank names that rank; a
+        // collective whose peer could not take part fails that communicator.
+        Err(e)
+            if e.is_out_of_memory()
+                || e.to_string().contains("ranks [")
+                || matches!(
+                    e,
+                    gpucoll::Error::Timeout { .. }
+                        | gpucoll::Error::PeerFailed(_)
+                        | gpucoll::Error::CommunicatorFailed(_)
+                ) =>
+        {
             let _ = writeln!(log, "rank {rank} ok: {what}: {e}");
         }
         Err(e) => {
@@ -63,22 +77,34 @@ pub(crate) fn stage_oom(world: &Communicator, log: &mut String) -> gpucoll::Resu
     let n = 16 << 20;
     let send = vec![1f32; n];
     let mut recv = vec![0f32; n];
-    let staged = world.all_reduce_into(&send[..], &mut recv[..], ReduceOp::Sum);
+    let staged = victim.all_reduce_into(&send[..], &mut recv[..], ReduceOp::Sum);
     let staged_ok = staged.is_ok();
-    judge("all_reduce of 64 MiB host buffers with a full GPU", staged, log);
+    judge(
+        "all_reduce of 64 MiB host buffers with a full GPU (on a duplicate)",
+        staged,
+        log,
+    );
     if staged_ok && recv.iter().any(|&x| x != world.size() as f32) {
         fails += 1;
         let _ = writeln!(log, "rank {rank} WRONG staged all_reduce result");
     }
     drop(held);
     gpucoll::reference::all_reduce(world, &[0u8], &mut token, ReduceOp::Max)?;
+    drop(victim);
     // Everything works again.
     let din = DeviceBuffer::from_host(gpu, &vec![2f32; 4096])?;
     let mut dout = DeviceBuffer::<f32>::zeroed(gpu, 4096)?;
     world.all_reduce_into(&din, &mut dout, ReduceOp::Sum)?;
-    if dout.to_vec()?.iter().any(|&x| x != 2.0 * world.size() as f32) {
+    if dout
+        .to_vec()?
+        .iter()
+        .any(|&x| x != 2.0 * world.size() as f32)
+    {
         fails += 1;
-        let _ = writeln!(log, "rank {rank} WRONG all_reduce after the memory came back");
+        let _ = writeln!(
+            log,
+            "rank {rank} WRONG all_reduce after the memory came back"
+        );
     }
     let again = world.duplicate()?;
     again.all_reduce_into(&din, &mut dout, ReduceOp::Sum)?;
