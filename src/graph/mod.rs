@@ -5,7 +5,7 @@
 //! * Ring: ranks node by node (nodes in index order, ranks ascending within
 //!   a node), so a ring crosses each node boundary exactly once. All channels
 //!   share the same ring; channels differ in the data they carry.
-//! * Trees: a double binary tree over node indices (see [`tree`]) connects
+//! * Trees: a double binary tree over node indices (see `tree.rs`) connects
 //!   the nodes' heads (each node's first rank); within a node the ranks form
 //!   a chain from the head through the other local ranks in order. A rank
 //!   thus has at most three children: two node-tree children (their heads)

@@ -4,7 +4,7 @@
 //! with `GPUCOLL_P2P_DISABLE=1`, in host shared memory mapped into every
 //! GPU).
 //!
-//! Layering: [`driver`] is the only module that calls `cudarc::driver::sys`;
+//! Layering: `driver` is the only module that calls `cudarc::driver::sys`;
 //! everything else builds on it. Nothing here panics or touches the driver
 //! before checking that `libcuda.so` is present ([`available`]).
 //!
@@ -40,7 +40,7 @@
 //!
 //! With P2P and 2..=8 ranks on one node the backend also offers the direct
 //! path (`BackendCaps::direct`): all_reduce up to
-//! [`crate::tune::model::DIRECT_ONESHOT_MAX_BYTES`] runs as a one-shot
+//! `tune::model::DIRECT_ONESHOT_MAX_BYTES` runs as a one-shot
 //! kernel over IPC-mapped inboxes (`gc_direct_ar_*`).
 //!
 //! Multi-node communicators (real nodes, or `GPUCOLL_SIM_NODES`): peers on
