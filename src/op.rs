@@ -29,8 +29,9 @@ pub enum ReduceOp {
     /// (truncating toward zero) at the end.
     Avg,
     /// Sum of every rank's input multiplied by `scalar` (the same scalar on all
-    /// ranks), like NCCL's `ncclRedOpCreatePreMulSum`. Integers multiply by
-    /// the scalar converted to the element type (truncated).
+    /// ranks), like NCCL's `ncclRedOpCreatePreMulSum`. On integer types the
+    /// scalar must be an integer within the type's range ([`Error::InvalidOp`]
+    /// otherwise: `PreMulSum(0.5)` on `i32` would silently give zeros).
     PreMulSum(f64),
     /// Bitwise and (`MPI_BAND`); integers only.
     BitAnd,
@@ -47,6 +48,20 @@ pub enum ReduceOp {
     /// Logical exclusive or (`MPI_LXOR`): 1 if an odd number of inputs are
     /// non-zero, else 0; integers only.
     LogicalXor,
+}
+
+/// Whether `s` is an integer that `dtype` (an integer type) can hold.
+fn integral_in_range(s: f64, dtype: Datatype) -> bool {
+    let (lo, hi) = match dtype {
+        Datatype::I8 => (i8::MIN as f64, i8::MAX as f64),
+        Datatype::U8 => (0.0, u8::MAX as f64),
+        Datatype::I32 => (i32::MIN as f64, i32::MAX as f64),
+        Datatype::U32 => (0.0, u32::MAX as f64),
+        Datatype::I64 => (i64::MIN as f64, i64::MAX as f64),
+        Datatype::U64 => (0.0, u64::MAX as f64),
+        _ => return true,
+    };
+    s.fract() == 0.0 && (lo..=hi).contains(&s)
 }
 
 impl ReduceOp {
@@ -133,6 +148,14 @@ impl ReduceOp {
             if !s.is_finite() {
                 return Err(Error::InvalidOp {
                     op: format!("premulsum({s})"),
+                    dtype,
+                });
+            }
+            if !dtype.is_float() && !integral_in_range(*s, dtype) {
+                return Err(Error::InvalidOp {
+                    op: format!(
+                        "premulsum({s}) (an integer type needs an integer scalar within its range)"
+                    ),
                     dtype,
                 });
             }
@@ -307,5 +330,14 @@ mod tests {
             .validate(Datatype::F32)
             .is_err());
         assert!(ReduceOp::PreMulSum(3.0).validate(Datatype::I8).is_ok());
+    }
+
+    #[test]
+    fn integer_premulsum_needs_an_integer_scalar_in_range() {
+        let ok = |s: f64, d: Datatype| ReduceOp::PreMulSum(s).validate(d).is_ok();
+        assert!(!ok(0.5, Datatype::I32) && !ok(2.5, Datatype::U64));
+        assert!(!ok(-1.0, Datatype::U8) && !ok(300.0, Datatype::I8));
+        assert!(ok(-3.0, Datatype::I8) && ok(255.0, Datatype::U8) && ok(2.0, Datatype::I64));
+        assert!(ok(0.5, Datatype::F32) && ok(0.5, Datatype::BF16));
     }
 }

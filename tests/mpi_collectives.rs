@@ -299,6 +299,8 @@ fn all_ops() -> Vec<ReduceOp> {
         ReduceOp::Max,
         ReduceOp::Avg,
         ReduceOp::PreMulSum(PMS),
+        // Integral: the only PreMulSum integer types take.
+        ReduceOp::PreMulSum(3.0),
         ReduceOp::BitAnd,
         ReduceOp::BitOr,
         ReduceOp::BitXor,
@@ -464,9 +466,10 @@ fn run_one<T: El>(
         }
     );
     let what = |s: &str| format!("{label}: {s}");
-    if coll.reduces() && op.integer_only() && T::FLOAT {
-        // MPI defines bitwise and logical ops for integers only: a local,
-        // non-fatal argument error on every rank.
+    if coll.reduces() && !op.applies_to(T::DATATYPE) {
+        // MPI defines bitwise and logical ops for integers only, and an
+        // integer PreMulSum needs an integer scalar: a local, non-fatal
+        // argument error on every rank.
         let (send, mut out) = (vec![T::default(); count], vec![T::default(); count]);
         ctx.checks += 1;
         match world.all_reduce_into(&send, &mut out, op) {
