@@ -67,6 +67,10 @@ pub use env::{initialize, initialize_with_threading, Threading, Universe};
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
 pub use mpi::wtime;
+/// The MPI bindings gpucoll is built on, so that a program can name
+/// `gpucoll::mpi_sys::MPI_Comm` for [`Communicator::from_raw_mpi`] without
+/// depending on `mpi-sys` itself.
+pub use mpi_sys;
 pub use op::ReduceOp;
 pub use request::{scope, RawRequest, Request, Scope};
 pub use task::CollKind;

@@ -239,6 +239,29 @@ impl<T: Equivalence> DeviceBuffer<T> {
         self.ptr
     }
 
+    /// The device address as the send pointer of a `*_raw` call (no casts).
+    ///
+    /// ```no_run
+    /// # use gpucoll::{Datatype, DeviceBuffer, ReduceOp};
+    /// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+    /// let gpu = world.device().expect("CUDA backend");
+    /// let send = DeviceBuffer::from_host(gpu, &[1.0f32; 256])?;
+    /// let mut recv = DeviceBuffer::<f32>::zeroed(gpu, 256)?;
+    /// // SAFETY: both buffers hold 256 f32 and outlive the blocking call.
+    /// unsafe {
+    ///     world.all_reduce_raw(send.as_ptr(), recv.as_mut_ptr(), 256, Datatype::F32, ReduceOp::Sum, None)?;
+    /// }
+    /// # Ok::<(), gpucoll::Error>(())
+    /// ```
+    pub fn as_ptr(&self) -> *const std::ffi::c_void {
+        self.ptr as usize as *const std::ffi::c_void
+    }
+
+    /// The device address as the receive pointer of a `*_raw` call.
+    pub fn as_mut_ptr(&mut self) -> *mut std::ffi::c_void {
+        self.ptr as usize as *mut std::ffi::c_void
+    }
+
     /// Overwrite the whole buffer with `data` (same length). Synchronous.
     pub fn copy_from_host(&mut self, data: &[T]) -> Result<()> {
         if data.len() != self.len {
