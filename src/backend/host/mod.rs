@@ -38,6 +38,7 @@ use exec::Fabric;
 use fifo::{FifoConn, FIFO_SLOTS};
 use net::ChannelNet;
 use shm::{SegLayout, Segment};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use worker::{Pending, Worker};
@@ -67,6 +68,11 @@ struct Inner {
     /// (None on a single node).
     comm: Option<MpiComm>,
     failure: Failure,
+    /// The sequence numbers of the launch being executed, each plus one
+    /// (0: none): a failure is published as belonging to its first call,
+    /// and a peer's failure of later calls does not fail it.
+    running_first: AtomicU64,
+    running_last: AtomicU64,
 }
 
 impl Inner {
@@ -90,13 +96,19 @@ impl Inner {
 
     /// Mark failed (first reason wins) and tell local peers.
     fn mark_failed(&self, reason: String) -> bool {
-        self.node().fail(&self.failure, reason)
+        let at = self.running_first.load(Ordering::Relaxed).checked_sub(1);
+        self.node().fail_at(&self.failure, reason, at)
     }
 
     fn run_launch(&self, launch: &Launch) -> Result<()> {
         if let Some(e) = self.state_error() {
             return Err(e);
         }
+        let last = launch.first_seq + launch.items.len().saturating_sub(1) as u64;
+        self.running_first
+            .store(launch.first_seq.saturating_add(1), Ordering::Relaxed);
+        self.running_last
+            .store(last.saturating_add(1), Ordering::Relaxed);
         let result = exec::prepare(self, launch).and_then(|prep| {
             tracing::debug!(
                 seq = launch.first_seq,
@@ -109,6 +121,8 @@ impl Inner {
         if let Err(e) = &result {
             self.fail(e);
         }
+        self.running_first.store(0, Ordering::Relaxed);
+        self.running_last.store(0, Ordering::Relaxed);
         result
     }
 }
@@ -160,7 +174,11 @@ impl Fabric for Inner {
         if let Some(e) = self.state_error() {
             return Err(e);
         }
-        if let Some(e) = self.node().peer_error() {
+        let peer = match self.running_last.load(Ordering::Relaxed).checked_sub(1) {
+            Some(last) => self.node().peer_error_upto(last),
+            None => self.node().peer_error(),
+        };
+        if let Some(e) = peer {
             return Err(e);
         }
         match self.liveness.dead() {
@@ -328,6 +346,8 @@ impl HostBackend {
             net: (0..layout.channels).map(|_| Mutex::default()).collect(),
             comm,
             failure: Failure::default(),
+            running_first: AtomicU64::new(0),
+            running_last: AtomicU64::new(0),
         });
         let caps = BackendCaps {
             protocols: vec![Protocol::Simple],

@@ -94,14 +94,31 @@ impl<S: AsRef<Mapping>> NodeSegments<'_, S> {
     /// our reason in our own segment, our abort word in every local
     /// segment. Whether this call recorded the failure.
     pub(crate) fn fail(&self, failure: &Failure, reason: String) -> bool {
-        failure.record_then(reason, |r| self.publish(r))
+        self.fail_at(failure, reason, None)
     }
 
-    /// Publish a failure to the node (without recording it anywhere).
+    /// [`fail`](Self::fail) for a failure that belongs to the calls from
+    /// sequence number `failed_at` on (None: to every call). Peers still
+    /// finishing an earlier call finish it: we completed our part of it.
+    pub(crate) fn fail_at(
+        &self,
+        failure: &Failure,
+        reason: String,
+        failed_at: Option<u64>,
+    ) -> bool {
+        failure.record_then(reason, |r| self.publish_at(r, failed_at))
+    }
+
+    /// Publish a failure of every call to the node (without recording it
+    /// anywhere).
     pub(crate) fn publish(&self, reason: &str) {
+        self.publish_at(reason, None)
+    }
+
+    fn publish_at(&self, reason: &str, failed_at: Option<u64>) {
         if let Some(own) = self.segs.get(self.local_rank) {
             own.as_ref()
-                .write_reason(&format!("rank {}: {reason}", self.rank));
+                .write_reason(&format!("rank {}: {reason}", self.rank), failed_at);
         }
         for s in self.segs {
             s.as_ref().raise_abort(self.local_rank);
@@ -130,6 +147,30 @@ impl<S: AsRef<Mapping>> NodeSegments<'_, S> {
     pub(crate) fn peer_error(&self) -> Option<Error> {
         self.raiser()
             .map(|who| Error::PeerFailed(self.reason_of(who)))
+    }
+
+    /// [`peer_error`](Self::peer_error) for work whose calls end at
+    /// sequence number `last`: a peer's failure that belongs to later calls
+    /// only does not fail it (that peer finished its part of ours).
+    pub(crate) fn peer_error_upto(&self, last: u64) -> Option<Error> {
+        let raisers: Vec<usize> = self
+            .segs
+            .iter()
+            .filter_map(|s| s.as_ref().abort_raiser())
+            .collect();
+        if raisers.is_empty() {
+            return None;
+        }
+        (0..self.segs.len())
+            .filter(|&l| l != self.local_rank)
+            .filter(|&l| raisers.contains(&l) || self.segs[l].as_ref().has_reason())
+            .find(|&l| {
+                self.segs[l]
+                    .as_ref()
+                    .failed_at()
+                    .map_or(true, |at| at <= last)
+            })
+            .map(|l| Error::PeerFailed(self.reason_of(l)))
     }
 
     /// Why no new work may start, if so: `pending` (a failure found
@@ -195,6 +236,45 @@ mod tests {
                 matches!(node(l).peer_error(), Some(Error::PeerFailed(r)) if r == "rank 11: boom")
             );
         }
+    }
+
+    #[test]
+    fn a_failure_of_later_calls_lets_earlier_ones_finish() {
+        let tag = 0xfa13_0000_0000_0000 | std::process::id() as u64;
+        let mut segs: Vec<Mapping> = (0..3)
+            .map(|l| {
+                let name = segment_name(SegOwner::Host, std::process::id(), tag, l);
+                Mapping::create(&name, CONTROL_BYTES).unwrap()
+            })
+            .collect();
+        for s in &mut segs {
+            s.unlink().unwrap();
+        }
+        let node = |local_rank| NodeSegments {
+            segs: &segs,
+            local_rank,
+            rank: local_rank,
+        };
+        assert!(node(0).peer_error_upto(9).is_none());
+        assert!(node(1).fail_at(&Failure::default(), "mismatch".into(), Some(5)));
+        // Work ending before call #5 goes on; work reaching it fails.
+        assert!(node(0).peer_error_upto(4).is_none());
+        for last in [5, 6, u64::MAX] {
+            assert!(
+                matches!(node(0).peer_error_upto(last), Some(Error::PeerFailed(r)) if r == "rank 1: mismatch")
+            );
+        }
+        // A failure tied to no call (an abort, a dead transport) fails
+        // everything, even behind a raise that is tied to one.
+        assert!(node(2).fail(&Failure::default(), "abort".into()));
+        assert!(
+            matches!(node(0).peer_error_upto(0), Some(Error::PeerFailed(r)) if r == "rank 2: abort")
+        );
+        assert!(node(1).peer_error_upto(0).is_some());
+        assert!(
+            node(2).peer_error_upto(4).is_none(),
+            "our own failure is no peer's"
+        );
     }
 
     #[test]

@@ -48,6 +48,9 @@ pub(crate) const CONTROL_BYTES: usize = 1024;
 const ABORT_OFF: usize = 0;
 const REASON_CLAIM_OFF: usize = 64;
 const REASON_LEN_OFF: usize = 72;
+/// 0, or 1 + the communicator sequence number of the first call the
+/// failure belongs to (written with the reason, before its length).
+const FAILED_AT_OFF: usize = 80;
 const REASON_OFF: usize = 128;
 /// Longest abort reason kept (bytes).
 pub(crate) const REASON_MAX: usize = CONTROL_BYTES - REASON_OFF;
@@ -320,8 +323,10 @@ impl Mapping {
             });
     }
 
-    /// Store the owner's abort reason, once. Returns whether this call wrote it.
-    pub(crate) fn write_reason(&self, reason: &str) -> bool {
+    /// Store the owner's abort reason, once, with the sequence number of
+    /// the first call it belongs to (None: every call). Returns whether
+    /// this call wrote it.
+    pub(crate) fn write_reason(&self, reason: &str, failed_at: Option<u64>) -> bool {
         if self
             .word(REASON_CLAIM_OFF)
             .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
@@ -340,9 +345,29 @@ impl Mapping {
         unsafe {
             std::ptr::copy_nonoverlapping(reason.as_ptr(), self.ptr.as_ptr().add(REASON_OFF), n);
         }
+        self.word(FAILED_AT_OFF).store(
+            failed_at.map_or(0, |s| s.saturating_add(1)),
+            Ordering::Relaxed,
+        );
         self.word(REASON_LEN_OFF)
             .store(n as u64 + 1, Ordering::Release);
         true
+    }
+
+    /// Whether the owner's abort reason has been written.
+    pub(crate) fn has_reason(&self) -> bool {
+        self.word(REASON_LEN_OFF).load(Ordering::Acquire) != 0
+    }
+
+    /// The sequence number of the first call the owner's failure belongs
+    /// to; None when it belongs to every call or no reason was written.
+    pub(crate) fn failed_at(&self) -> Option<u64> {
+        if !self.has_reason() {
+            return None;
+        }
+        self.word(FAILED_AT_OFF)
+            .load(Ordering::Relaxed)
+            .checked_sub(1)
     }
 
     /// The owner's abort reason, once it has been written.

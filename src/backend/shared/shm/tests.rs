@@ -117,8 +117,10 @@ fn created_with_mode_0600_and_checked_on_open() {
     assert!(!exists(&name));
 
     assert_eq!(peer.abort_raiser(), None);
-    assert!(own.write_reason("rank 5: boom"));
-    assert!(!own.write_reason("second"));
+    assert_eq!(peer.failed_at(), None);
+    assert!(own.write_reason("rank 5: boom", Some(41)));
+    assert!(!own.write_reason("second", None));
+    assert_eq!(peer.failed_at(), Some(41));
     // A device-side failure in the high half does not hide the host half.
     own.word(ABORT_OFF).fetch_or(7 << 32, Ordering::AcqRel);
     assert_eq!(peer.abort_raiser(), None);
