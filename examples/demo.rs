@@ -330,7 +330,7 @@ impl Demo<'_> {
             };
             world.group(|g| {
                 g.all_reduce_into(&a, &mut b, ReduceOp::Sum)?;
-                g.broadcast_into(0, &mut c)?;
+                g.process_at_rank(0).broadcast_into(&mut c)?;
                 Ok(())
             })?;
             let want_b: Vec<f64> = (0..count)

@@ -59,7 +59,7 @@ pub use backend::cuda::{
     device_memory, memory_kind_of, CudaGraph, CudaStream, DeviceBuffer, DeviceView, DeviceViewMut,
 };
 pub use buffer::{Buffer, BufferMut, MemoryKind, RawBuffer};
-pub use coll::{CudaStreamRaw, Group, Process};
+pub use coll::{CudaStreamRaw, Group, GroupProcess, Process};
 pub use comm::Communicator;
 pub use config::Config;
 pub use datatype::{Datatype, Equivalence};

@@ -1106,18 +1106,20 @@ fn scenario_group(world: &Communicator) -> std::result::Result<(), String> {
         ok(
             world.group(|g| {
                 g.all_reduce_into(&a, &mut a_out, ReduceOp::Sum)?;
-                g.broadcast_into(root2, &mut bc)?;
+                g.process_at_rank(root2).broadcast_into(&mut bc)?;
                 g.all_gather_into(&x, &mut y)?;
                 g.reduce_scatter_block_into(&rs, &mut rs_out, ReduceOp::Max)?;
                 g.all_to_all_into(&aa, &mut aa_out)?;
                 if is_root {
-                    g.reduce_into_root(root, &red, &mut red_out, ReduceOp::Prod)?;
-                    g.gather_into_root(root, &ga, &mut ga_out)?;
-                    g.scatter_into_root(root, &sc, &mut sc_out)?;
+                    g.process_at_rank(root)
+                        .reduce_into_root(&red, &mut red_out, ReduceOp::Prod)?;
+                    g.process_at_rank(root).gather_into_root(&ga, &mut ga_out)?;
+                    g.process_at_rank(root)
+                        .scatter_into_root(&sc, &mut sc_out)?;
                 } else {
-                    g.reduce_into(root, &red, ReduceOp::Prod)?;
-                    g.gather_into(root, &ga)?;
-                    g.scatter_into(root, &mut sc_out)?;
+                    g.process_at_rank(root).reduce_into(&red, ReduceOp::Prod)?;
+                    g.process_at_rank(root).gather_into(&ga)?;
+                    g.process_at_rank(root).scatter_into(&mut sc_out)?;
                 }
                 g.all_reduce_in_place(&mut ipb, ReduceOp::Min)?;
                 for (i, o) in small_in.iter().zip(small_out.iter_mut()) {
@@ -1172,6 +1174,64 @@ fn scenario_group(world: &Communicator) -> std::result::Result<(), String> {
             let mut e = poisoned::<u8>(i.len());
             ok(mpi::all_reduce(world, i, &mut e, ReduceOp::Sum), "ref");
             check_exact(&lab(&format!("small all_reduce #{k}")), o, &e, &mut fails);
+        }
+
+        // the rooted in-place forms, grouped
+        let rip_in: Vec<u32> = gen_vec(sd(10), c, Data::Bits);
+        let mut rip = rip_in.clone();
+        let gip_mine: Vec<i32> = gen_vec(sd(11), c, Data::Bits);
+        let mut gip = poisoned::<i32>(c * n);
+        gip[root * c..(root + 1) * c].copy_from_slice(&gip_mine);
+        let sip_in: Vec<u64> = gen_vec(sd(12), c * n, Data::Bits);
+        let mut sip = sip_in.clone();
+        let mut sip_out = poisoned::<u64>(c);
+        ok(
+            world.group(|g| {
+                if is_root {
+                    g.process_at_rank(root)
+                        .reduce_into_root_in_place(&mut rip, ReduceOp::BitXor)?;
+                    g.process_at_rank(root)
+                        .gather_into_root_in_place(&mut gip)?;
+                    g.process_at_rank(root).scatter_into_root_in_place(&mut sip)
+                } else {
+                    g.process_at_rank(root)
+                        .reduce_into(&rip_in, ReduceOp::BitXor)?;
+                    g.process_at_rank(root).gather_into(&gip_mine)?;
+                    g.process_at_rank(root).scatter_into(&mut sip_out)
+                }
+            }),
+            &format!("group in place round {round}"),
+        );
+        let mut e = poisoned::<u32>(c);
+        ok(
+            mpi::reduce(world, &rip_in, &mut e, ReduceOp::BitXor, root),
+            "ref",
+        );
+        let mut eg = poisoned::<i32>(c * n);
+        ok(mpi::gather(world, &gip_mine, &mut eg, root), "ref");
+        let mut es = poisoned::<u64>(c);
+        ok(mpi::scatter(world, &sip_in, &mut es, root), "ref");
+        if is_root {
+            check_exact(
+                &lab("reduce_into_root_in_place u32 bxor"),
+                &rip,
+                &e,
+                &mut fails,
+            );
+            check_exact(&lab("gather_into_root_in_place i32"), &gip, &eg, &mut fails);
+            check_exact(
+                &lab("scatter_into_root_in_place u64 (send kept)"),
+                &sip,
+                &sip_in,
+                &mut fails,
+            );
+        } else {
+            check_exact(
+                &lab("scatter_into (in-place root) u64"),
+                &sip_out,
+                &es,
+                &mut fails,
+            );
         }
     }
     // an empty group is a no-op; a group whose closure fails runs nothing

@@ -2,6 +2,7 @@
 //! launch (NCCL's group calls).
 
 use super::check::Args;
+use super::process::{recv_only, send_only};
 use super::separate;
 use crate::buffer::{Buffer, BufferMut};
 use crate::comm::Communicator;
@@ -58,7 +59,7 @@ impl<'a> Group<'a> {
     ) -> Result<()>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
         self.push(CollKind::AllReduce, separate(send, recv), op, 0)
     }
@@ -76,7 +77,7 @@ impl<'a> Group<'a> {
     pub fn all_gather_into<S, R>(&mut self, send: &'a S, recv: &'a mut R) -> Result<()>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
         self.push(CollKind::AllGather, separate(send, recv), ReduceOp::Sum, 0)
     }
@@ -100,7 +101,7 @@ impl<'a> Group<'a> {
     ) -> Result<()>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
         self.push(CollKind::ReduceScatter, separate(send, recv), op, 0)
     }
@@ -109,101 +110,130 @@ impl<'a> Group<'a> {
     pub fn all_to_all_into<S, R>(&mut self, send: &'a S, recv: &'a mut R) -> Result<()>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
         self.push(CollKind::AllToAll, separate(send, recv), ReduceOp::Sum, 0)
     }
 
-    /// Grouped broadcast from `root`.
-    pub fn broadcast_into<B: BufferMut + ?Sized>(
-        &mut self,
-        root: usize,
-        buf: &'a mut B,
-    ) -> Result<()> {
+    /// The rank `rank` as the root of grouped rooted collectives, as
+    /// [`Communicator::process_at_rank`] is for single calls:
+    /// `g.process_at_rank(0).broadcast_into(&mut buf)?`.
+    pub fn process_at_rank<'g>(&'g mut self, rank: usize) -> GroupProcess<'g, 'a> {
+        GroupProcess { group: self, rank }
+    }
+}
+
+/// A root rank inside a [`Group`]: the rooted collectives of [`Process`],
+/// collected into the group instead of run at once.
+///
+/// ```no_run
+/// # use gpucoll::prelude::*;
+/// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+/// let mut weights = vec![0f32; 1024];
+/// let grads = vec![1f32; 1024];
+/// let mut total = vec![0f32; 1024];
+/// world.group(|g| {
+///     g.process_at_rank(0).broadcast_into(&mut weights)?;
+///     if world.rank() == 0 {
+///         g.process_at_rank(0).reduce_into_root(&grads, &mut total, ReduceOp::Sum)
+///     } else {
+///         g.process_at_rank(0).reduce_into(&grads, ReduceOp::Sum)
+///     }
+/// })?;
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
+///
+/// [`Process`]: crate::Process
+pub struct GroupProcess<'g, 'a> {
+    group: &'g mut Group<'a>,
+    rank: usize,
+}
+
+impl<'a> GroupProcess<'_, 'a> {
+    /// The root's rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn push(self, kind: CollKind, args: Args, op: ReduceOp) -> Result<()> {
+        self.group.push(kind, args, op, self.rank)
+    }
+
+    /// Grouped [`Process::broadcast_into`](crate::Process::broadcast_into).
+    pub fn broadcast_into<B: BufferMut + ?Sized>(self, buf: &'a mut B) -> Result<()> {
         self.push(
             CollKind::Broadcast,
             Args::InPlace(buf.raw_mut()),
             ReduceOp::Sum,
-            root,
         )
     }
 
-    /// Grouped reduce, on the root.
-    pub fn reduce_into_root<S, R>(
-        &mut self,
-        root: usize,
-        send: &'a S,
-        recv: &'a mut R,
-        op: ReduceOp,
-    ) -> Result<()>
+    /// Grouped [`Process::reduce_into_root`](crate::Process::reduce_into_root).
+    pub fn reduce_into_root<S, R>(self, send: &'a S, recv: &'a mut R, op: ReduceOp) -> Result<()>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
-        self.push(CollKind::Reduce, separate(send, recv), op, root)
+        self.push(CollKind::Reduce, separate(send, recv), op)
     }
 
-    /// Grouped reduce, on the other ranks.
-    pub fn reduce_into<S: Buffer + ?Sized>(
-        &mut self,
-        root: usize,
-        send: &'a S,
+    /// Grouped [`Process::reduce_into`](crate::Process::reduce_into).
+    pub fn reduce_into<S: Buffer + ?Sized>(self, send: &'a S, op: ReduceOp) -> Result<()> {
+        self.push(CollKind::Reduce, send_only(send), op)
+    }
+
+    /// Grouped [`Process::reduce_into_root_in_place`](crate::Process::reduce_into_root_in_place).
+    pub fn reduce_into_root_in_place<B: BufferMut + ?Sized>(
+        self,
+        buf: &'a mut B,
         op: ReduceOp,
     ) -> Result<()> {
-        let args = Args::Separate {
-            send: Some(send.raw()),
-            recv: None,
-        };
-        self.push(CollKind::Reduce, args, op, root)
+        self.push(CollKind::Reduce, Args::InPlace(buf.raw_mut()), op)
     }
 
-    /// Grouped gather, on the root.
-    pub fn gather_into_root<S, R>(
-        &mut self,
-        root: usize,
-        send: &'a S,
-        recv: &'a mut R,
-    ) -> Result<()>
+    /// Grouped [`Process::gather_into_root`](crate::Process::gather_into_root).
+    pub fn gather_into_root<S, R>(self, send: &'a S, recv: &'a mut R) -> Result<()>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
-        self.push(CollKind::Gather, separate(send, recv), ReduceOp::Sum, root)
+        self.push(CollKind::Gather, separate(send, recv), ReduceOp::Sum)
     }
 
-    /// Grouped gather, on the other ranks.
-    pub fn gather_into<S: Buffer + ?Sized>(&mut self, root: usize, send: &'a S) -> Result<()> {
-        let args = Args::Separate {
-            send: Some(send.raw()),
-            recv: None,
-        };
-        self.push(CollKind::Gather, args, ReduceOp::Sum, root)
+    /// Grouped [`Process::gather_into`](crate::Process::gather_into).
+    pub fn gather_into<S: Buffer + ?Sized>(self, send: &'a S) -> Result<()> {
+        self.push(CollKind::Gather, send_only(send), ReduceOp::Sum)
     }
 
-    /// Grouped scatter, on the root.
-    pub fn scatter_into_root<S, R>(
-        &mut self,
-        root: usize,
-        send: &'a S,
-        recv: &'a mut R,
-    ) -> Result<()>
+    /// Grouped [`Process::gather_into_root_in_place`](crate::Process::gather_into_root_in_place).
+    pub fn gather_into_root_in_place<R: BufferMut + ?Sized>(self, recv: &'a mut R) -> Result<()> {
+        self.push(
+            CollKind::Gather,
+            Args::InPlace(recv.raw_mut()),
+            ReduceOp::Sum,
+        )
+    }
+
+    /// Grouped [`Process::scatter_into_root`](crate::Process::scatter_into_root).
+    pub fn scatter_into_root<S, R>(self, send: &'a S, recv: &'a mut R) -> Result<()>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
-        self.push(CollKind::Scatter, separate(send, recv), ReduceOp::Sum, root)
+        self.push(CollKind::Scatter, separate(send, recv), ReduceOp::Sum)
     }
 
-    /// Grouped scatter, on the other ranks.
-    pub fn scatter_into<R: BufferMut + ?Sized>(
-        &mut self,
-        root: usize,
-        recv: &'a mut R,
-    ) -> Result<()> {
-        let args = Args::Separate {
-            send: None,
-            recv: Some(recv.raw_mut()),
-        };
-        self.push(CollKind::Scatter, args, ReduceOp::Sum, root)
+    /// Grouped [`Process::scatter_into`](crate::Process::scatter_into).
+    pub fn scatter_into<R: BufferMut + ?Sized>(self, recv: &'a mut R) -> Result<()> {
+        self.push(CollKind::Scatter, recv_only(recv), ReduceOp::Sum)
+    }
+
+    /// Grouped [`Process::scatter_into_root_in_place`](crate::Process::scatter_into_root_in_place).
+    pub fn scatter_into_root_in_place<B: BufferMut + ?Sized>(self, send: &'a mut B) -> Result<()> {
+        self.push(
+            CollKind::Scatter,
+            Args::InPlace(send.raw_mut()),
+            ReduceOp::Sum,
+        )
     }
 }

@@ -5,13 +5,60 @@
 //!
 //! Every call checks its arguments on this rank first (`check`), then the
 //! engine plans and submits it (`crate::enqueue`).
+//!
+//! # One element type per call
+//!
+//! The send and receive buffers of a call hold the same element type, so a
+//! mismatch is caught by the compiler, not at run time:
+//!
+//! ```no_run
+//! # use gpucoll::prelude::*;
+//! # fn f(world: &Communicator) -> gpucoll::Result<()> {
+//! let grads = vec![1.0f32; 4];
+//! let mut sum = vec![0.0f32; 4];
+//! world.all_reduce_into(&grads, &mut sum, ReduceOp::Sum)?;
+//! # Ok(()) }
+//! ```
+//!
+//! ```compile_fail,E0271
+//! # use gpucoll::prelude::*;
+//! # fn f(world: &Communicator) -> gpucoll::Result<()> {
+//! let grads = vec![1.0f32; 4];
+//! let mut sum = vec![0i32; 4]; // f32 in, i32 out: does not compile
+//! world.all_reduce_into(&grads, &mut sum, ReduceOp::Sum)?;
+//! # Ok(()) }
+//! ```
+//!
+//! The same holds for rooted calls and calls in a group:
+//!
+//! ```compile_fail,E0271
+//! # use gpucoll::prelude::*;
+//! # fn f(world: &Communicator) -> gpucoll::Result<()> {
+//! let mine = vec![1u8; 4];
+//! let mut all = vec![0i8; 4 * world.size()];
+//! world.process_at_rank(0).gather_into_root(&mine, &mut all)?;
+//! # Ok(()) }
+//! ```
+//!
+//! ```compile_fail,E0271
+//! # use gpucoll::prelude::*;
+//! # fn f(world: &Communicator) -> gpucoll::Result<()> {
+//! let x = vec![1.0f64; 4];
+//! let mut y = vec![0u64; 4];
+//! world.group(|g| g.all_reduce_into(&x, &mut y, ReduceOp::Sum))?;
+//! # Ok(()) }
+//! ```
+//!
+//! Only the raw entry points ([`Communicator::raw_collective`] and the
+//! `*_raw` calls), which take a [`Datatype`](crate::Datatype) per buffer,
+//! can disagree; they return [`Error::TypeMismatch`](crate::Error::TypeMismatch).
 
 mod check;
 mod group;
 mod process;
 pub mod raw;
 
-pub use group::Group;
+pub use group::{Group, GroupProcess};
 pub use process::Process;
 pub use raw::CudaStreamRaw;
 
@@ -27,7 +74,7 @@ use check::Args;
 pub(crate) fn separate<S, R>(send: &S, recv: &mut R) -> Args
 where
     S: Buffer + ?Sized,
-    R: BufferMut + ?Sized,
+    R: BufferMut<Elem = S::Elem> + ?Sized,
 {
     Args::Separate {
         send: Some(send.raw()),
@@ -113,7 +160,7 @@ impl Communicator {
     pub fn all_reduce_into<S, R>(&self, send: &S, recv: &mut R, op: ReduceOp) -> Result<()>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
         self.blocking(CollKind::AllReduce, separate(send, recv), op, 0)
     }
@@ -132,7 +179,7 @@ impl Communicator {
     pub fn all_gather_into<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
         self.blocking(CollKind::AllGather, separate(send, recv), ReduceOp::Sum, 0)
     }
@@ -158,7 +205,7 @@ impl Communicator {
     ) -> Result<()>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
         self.blocking(CollKind::ReduceScatter, separate(send, recv), op, 0)
     }
@@ -178,7 +225,7 @@ impl Communicator {
     pub fn all_to_all_into<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
         self.blocking(CollKind::AllToAll, separate(send, recv), ReduceOp::Sum, 0)
     }
@@ -203,7 +250,7 @@ impl Communicator {
     ) -> Result<Request<'a>>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
         let call = self.prepare(CollKind::AllReduce, separate(send, recv), op, 0)?;
         self.run_immediate(scope, call)
@@ -229,7 +276,7 @@ impl Communicator {
     ) -> Result<Request<'a>>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
         let call = self.prepare(CollKind::AllGather, separate(send, recv), ReduceOp::Sum, 0)?;
         self.run_immediate(scope, call)
@@ -260,7 +307,7 @@ impl Communicator {
     ) -> Result<Request<'a>>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
         let call = self.prepare(CollKind::ReduceScatter, separate(send, recv), op, 0)?;
         self.run_immediate(scope, call)
@@ -286,7 +333,7 @@ impl Communicator {
     ) -> Result<Request<'a>>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
         let call = self.prepare(CollKind::AllToAll, separate(send, recv), ReduceOp::Sum, 0)?;
         self.run_immediate(scope, call)
@@ -368,7 +415,7 @@ impl Communicator {
     /// let mut c = vec![0f64; 4];
     /// world.group(|g| {
     ///     g.all_reduce_into(&a, &mut b, ReduceOp::Sum)?;
-    ///     g.broadcast_into(0, &mut c)
+    ///     g.process_at_rank(0).broadcast_into(&mut c)
     /// })?;
     /// # Ok::<(), gpucoll::Error>(())
     /// ```

@@ -26,14 +26,14 @@ pub struct Process<'c> {
     rank: usize,
 }
 
-fn send_only<S: Buffer + ?Sized>(send: &S) -> Args {
+pub(super) fn send_only<S: Buffer + ?Sized>(send: &S) -> Args {
     Args::Separate {
         send: Some(send.raw()),
         recv: None,
     }
 }
 
-fn recv_only<R: BufferMut + ?Sized>(recv: &mut R) -> Args {
+pub(super) fn recv_only<R: BufferMut + ?Sized>(recv: &mut R) -> Args {
     Args::Separate {
         send: None,
         recv: Some(recv.raw_mut()),
@@ -84,7 +84,7 @@ impl<'c> Process<'c> {
     pub fn reduce_into_root<S, R>(&self, send: &S, recv: &mut R, op: ReduceOp) -> Result<()>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
         self.run(CollKind::Reduce, separate(send, recv), op)
     }
@@ -108,7 +108,7 @@ impl<'c> Process<'c> {
     pub fn gather_into_root<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
         self.run(CollKind::Gather, separate(send, recv), ReduceOp::Sum)
     }
@@ -132,7 +132,7 @@ impl<'c> Process<'c> {
     pub fn scatter_into_root<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
         self.run(CollKind::Scatter, separate(send, recv), ReduceOp::Sum)
     }
@@ -175,7 +175,7 @@ impl<'c> Process<'c> {
     ) -> Result<Request<'a>>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
         self.start(scope, CollKind::Reduce, separate(send, recv), op)
     }
@@ -199,7 +199,7 @@ impl<'c> Process<'c> {
     ) -> Result<Request<'a>>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
         self.start(scope, CollKind::Gather, separate(send, recv), ReduceOp::Sum)
     }
@@ -222,7 +222,7 @@ impl<'c> Process<'c> {
     ) -> Result<Request<'a>>
     where
         S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
     {
         self.start(
             scope,
