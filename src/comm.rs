@@ -230,6 +230,49 @@ impl Communicator {
         self.inner.engine.backend_name()
     }
 
+    /// A zeroed device buffer of `len` elements on this communicator's GPU,
+    /// ready for its collectives: `world.alloc::<f32>(n)?`.
+    ///
+    /// An error (`WrongMemory`) when the communicator runs on the host
+    /// backend (no GPU).
+    ///
+    /// ```no_run
+    /// # use gpucoll::prelude::*;
+    /// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+    /// let mut grads = world.alloc::<f32>(1 << 20)?;
+    /// world.all_reduce_in_place(&mut grads, ReduceOp::Avg)?;
+    /// # Ok::<(), gpucoll::Error>(())
+    /// ```
+    #[cfg(feature = "cuda")]
+    pub fn alloc<T: crate::Equivalence>(&self, len: usize) -> Result<crate::DeviceBuffer<T>> {
+        crate::DeviceBuffer::zeroed(self.gpu_for("alloc")?, len)
+    }
+
+    /// A device buffer on this communicator's GPU holding a copy of `data`.
+    ///
+    /// ```no_run
+    /// # use gpucoll::prelude::*;
+    /// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+    /// let mut x = world.alloc_from(&[world.rank() as i64; 8])?;
+    /// world.all_reduce_in_place(&mut x, ReduceOp::Sum)?;
+    /// let total = x.to_vec()?;
+    /// # Ok::<(), gpucoll::Error>(())
+    /// ```
+    #[cfg(feature = "cuda")]
+    pub fn alloc_from<T: crate::Equivalence>(&self, data: &[T]) -> Result<crate::DeviceBuffer<T>> {
+        crate::DeviceBuffer::from_host(self.gpu_for("alloc_from")?, data)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn gpu_for(&self, call: &str) -> Result<i32> {
+        self.device().ok_or_else(|| {
+            Error::WrongMemory(format!(
+                "{call}: this communicator runs on the host backend and has no GPU; \
+                 use host vectors"
+            ))
+        })
+    }
+
     /// Split into disjoint communicators, like `MPI_Comm_split` (collective).
     ///
     /// Ranks passing the same `color` end up together, ordered by `key`

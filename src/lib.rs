@@ -30,6 +30,8 @@ pub mod env;
 pub mod error;
 pub mod op;
 pub mod request;
+#[cfg(feature = "rsmpi")]
+pub mod rsmpi;
 
 // The engine. Hidden from the API documentation; public only where a
 // sibling crate needs them (the GPU check suite drives backends and plans

@@ -1065,6 +1065,16 @@ fn scenario_raw_host(world: &Communicator, fails: &mut Vec<String>) {
     );
 
     // Errors: local, before anything runs, leaving the communicator usable.
+    #[cfg(feature = "cuda")]
+    if world.device().is_none() {
+        expect_err(
+            fails,
+            "alloc on the host backend",
+            world.alloc::<f32>(4).map(|_| ()),
+            "WrongMemory",
+            |e| matches!(e, Error::WrongMemory(m) if m.contains("no GPU")),
+        );
+    }
     let stream = Some(std::ptr::null_mut::<c_void>());
     // SAFETY: the calls are rejected before touching memory.
     unsafe {

@@ -54,6 +54,8 @@
 //! can disagree; they return [`Error::TypeMismatch`](crate::Error::TypeMismatch).
 
 mod check;
+#[cfg(feature = "cudarc")]
+pub mod cudarc;
 mod group;
 mod process;
 pub mod raw;

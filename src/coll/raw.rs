@@ -228,7 +228,7 @@ impl Communicator {
     }
 
     /// Check the arguments, then run (no stream) or queue (stream) one call.
-    fn raw_call(
+    pub(super) fn raw_call(
         &self,
         kind: CollKind,
         args: Args,

@@ -349,6 +349,18 @@ impl MpiComm {
                 "from_raw_mpi called with MPI_COMM_NULL".into(),
             ));
         }
+        let mut inter: std::os::raw::c_int = 0;
+        // SAFETY: the caller guarantees `raw` is a valid communicator;
+        // `inter` is a live out-parameter.
+        let rc = unsafe { ffi::PMPI_Comm_test_inter(raw, &mut inter) };
+        ffi::check("MPI_Comm_test_inter", rc)?;
+        if inter != 0 {
+            return Err(Error::InvalidUsage(
+                "from_raw_mpi needs an intra-communicator; collectives over an \
+                 inter-communicator are not supported"
+                    .into(),
+            ));
+        }
         let borrowed = MpiComm {
             raw,
             owned: false,

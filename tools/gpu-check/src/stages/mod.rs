@@ -4,6 +4,7 @@
 mod churn;
 mod dead_peer;
 mod graph;
+mod interop;
 mod oom;
 mod raw;
 mod soak;
@@ -14,6 +15,7 @@ pub(crate) use dead_peer::stage_dead_peer;
 use gpucoll::mpi::MpiComm;
 use gpucoll::{Communicator, DeviceBuffer};
 use graph::stage_graph;
+use interop::stage_interop;
 use oom::stage_oom;
 use raw::stage_raw;
 use soak::stage_soak;
@@ -81,6 +83,7 @@ pub(crate) fn run_stage(
         "churn" => stage_churn(world, log),
         "soak" => stage_soak(world, log),
         "oom" => stage_oom(world, log),
+        "interop" => stage_interop(world, log),
         other => Err(gpucoll::Error::InvalidUsage(format!(
             "unknown stage {other}"
         ))),
