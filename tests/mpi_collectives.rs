@@ -122,6 +122,43 @@ fn cases() -> Vec<Case> {
             ],
             "1,4099,300001",
         ),
+        // collnet: all_reduce's inter-node part through MPI's own
+        // all_reduce on the rails (even nodes); uneven nodes fall back to
+        // the ring with a warning.
+        (
+            "algo_collnet_sim2_n2",
+            2,
+            vec![("GPUCOLL_ALGO", "collnet"), ("GPUCOLL_SIM_NODES", "2")],
+            "0,1,1031,4099,300001",
+        ),
+        (
+            "algo_collnet_nch2_sim2_n4",
+            4,
+            vec![
+                ("GPUCOLL_ALGO", "collnet"),
+                ("GPUCOLL_NCHANNELS", "2"),
+                ("GPUCOLL_SIM_NODES", "2"),
+            ],
+            "0,1,1031,4099,300001",
+        ),
+        (
+            "algo_collnet_sim3_n6",
+            6,
+            vec![("GPUCOLL_ALGO", "collnet"), ("GPUCOLL_SIM_NODES", "3")],
+            "1,4099,100003",
+        ),
+        (
+            "algo_collnet_sim4_n8",
+            8,
+            vec![("GPUCOLL_ALGO", "collnet"), ("GPUCOLL_SIM_NODES", "4")],
+            "0,1,1031,40009",
+        ),
+        (
+            "algo_collnet_sim2_n5_uneven",
+            5,
+            vec![("GPUCOLL_ALGO", "collnet"), ("GPUCOLL_SIM_NODES", "2")],
+            "1,1031,65537",
+        ),
         (
             "algo_direct_n4",
             4,

@@ -39,6 +39,9 @@ pub struct Graph {
     roots: [usize; 2],
     /// Depth of each tree (edges on the longest root-to-leaf path).
     depths: [usize; 2],
+    /// The ranks of each node, ascending, and the node of each rank.
+    nodes: Vec<Vec<usize>>,
+    node_of: Vec<usize>,
 }
 
 impl Graph {
@@ -94,7 +97,21 @@ impl Graph {
             trees: [t0, t1],
             roots: [r0, r1],
             depths: [d0, d1],
+            nodes: topo.nodes.clone(),
+            node_of: topo.node_of.clone(),
         }
+    }
+
+    /// The ranks of `rank`'s node, ascending (its local ring).
+    pub fn node_members(&self, rank: usize) -> &[usize] {
+        &self.nodes[self.node_of[rank]]
+    }
+
+    /// Ranks per node when every node has the same number (the rails of
+    /// collnet need it), else None.
+    pub fn uniform_ppn(&self) -> Option<usize> {
+        let first = self.nodes.first()?.len();
+        self.nodes.iter().all(|n| n.len() == first).then_some(first)
     }
 
     /// Number of ranks.

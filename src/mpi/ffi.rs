@@ -151,7 +151,8 @@ pub(crate) use sys::{
     PMPI_Comm_dup, PMPI_Comm_free, PMPI_Comm_rank, PMPI_Comm_set_errhandler, PMPI_Comm_size,
     PMPI_Comm_split, PMPI_Comm_split_type, PMPI_Comm_test_inter, PMPI_Finalize, PMPI_Finalized,
     PMPI_Gather, PMPI_Get_count, PMPI_Get_library_version, PMPI_Get_processor_name,
-    PMPI_Get_version, PMPI_Iallgather, PMPI_Init_thread, PMPI_Initialized, PMPI_Irecv, PMPI_Isend,
-    PMPI_Query_thread, PMPI_Reduce, PMPI_Reduce_scatter_block, PMPI_Request_free, PMPI_Scatter,
-    PMPI_Test, PMPI_Wtime,
+    PMPI_Get_version, PMPI_Iallgather, PMPI_Iallreduce, PMPI_Init_thread, PMPI_Initialized,
+    PMPI_Irecv, PMPI_Isend, PMPI_Op_create, PMPI_Query_thread, PMPI_Reduce,
+    PMPI_Reduce_scatter_block, PMPI_Request_free, PMPI_Scatter, PMPI_Test, PMPI_Type_commit,
+    PMPI_Type_contiguous, PMPI_Wtime,
 };

@@ -18,9 +18,11 @@
 //! as users know it.
 
 pub(crate) mod ffi;
+mod rail;
 mod runtime;
 mod typed;
 
+pub use rail::RailAllReduce;
 pub(crate) use runtime::Runtime;
 pub use runtime::Threading;
 

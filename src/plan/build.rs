@@ -8,7 +8,7 @@
 //! step that receives on its peer, in the same order.
 
 use super::ctx::{channel_ranges, flow, own_input, Ctx};
-use super::{direct, oneshot, ring, tree, ChannelWork, Flow, Plan, Region, Step};
+use super::{collnet, direct, oneshot, ring, tree, ChannelWork, Flow, Plan, Region, Step};
 use crate::graph::Graph;
 use crate::op::Reduction;
 use crate::task::{CollKind, Task};
@@ -53,7 +53,12 @@ pub fn build(
         align: (16 / elem).max(1),
         reduction: Reduction::lower(task.op, task.dtype, n),
     };
-    let algorithm = effective_algorithm(task.kind, choice.algorithm);
+    let mut algorithm = effective_algorithm(task.kind, choice.algorithm);
+    // collnet's rails need several nodes of equal size (the tuner offers
+    // it only then); anything else runs the ring.
+    if algorithm == Algorithm::CollNet && (topo.nnodes() < 2 || graph.uniform_ppn().is_none()) {
+        algorithm = Algorithm::Ring;
+    }
     let scratch_elems = match (task.kind, algorithm) {
         _ if n == 1 => 0,
         (CollKind::AllToAll, _) if task.in_place => task.count.saturating_mul(n as u64),
@@ -95,6 +100,9 @@ pub fn build(
                     }
                     (CollKind::AllReduce, Algorithm::OneShot) => {
                         oneshot::all_reduce(&cx, s, e, &mut steps)
+                    }
+                    (CollKind::AllReduce, Algorithm::CollNet) => {
+                        collnet::all_reduce(&cx, s, e, &mut steps)
                     }
                     (CollKind::Reduce, _) => ring::reduce(&cx, s, e, &mut steps),
                     (CollKind::Broadcast, _) => ring::broadcast(&cx, s, e, &mut steps),

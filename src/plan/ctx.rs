@@ -39,7 +39,13 @@ impl Ctx<'_> {
     /// ranks past its end get empty chunks, which senders and receivers
     /// skip alike.
     pub fn blocks(&self, start: u64, end: u64) -> impl Iterator<Item = Block> {
-        let (chunk, n, align) = (self.chunk, self.n as u64, self.align);
+        self.blocks_of(start, end, self.n)
+    }
+
+    /// [`blocks`](Self::blocks) with `parts` chunks per block instead of
+    /// one per rank (collnet: one per rank of a node).
+    pub fn blocks_of(&self, start: u64, end: u64, parts: usize) -> impl Iterator<Item = Block> {
+        let (chunk, n, align) = (self.chunk, parts.max(1) as u64, self.align);
         let full = chunk.saturating_mul(n);
         let mut base = start;
         std::iter::from_fn(move || {

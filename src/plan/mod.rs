@@ -2,6 +2,7 @@
 //! lists of [`Step`]s that every backend executes the same way.
 
 mod build;
+mod collnet;
 mod ctx;
 mod direct;
 mod oneshot;

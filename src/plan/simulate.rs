@@ -350,7 +350,83 @@ fn advance<T: Elem>(
             cursors[me][ci] = c;
             Ok(moved)
         }
+        Step::Rail {
+            region,
+            count,
+            rail,
+        } => {
+            if count == 0 {
+                return Err(ctx("zero-count step".into()));
+            }
+            rail_step(plans, ranks, cursors, ci, (ch, region, count, rail)).map_err(ctx)
+        }
     }
+}
+
+/// A rail step: runs once every member of the rail (the ranks whose plans
+/// have rail steps of `rail` on this channel) stands at one; then the
+/// members' regions are combined in rank order and written back to all.
+fn rail_step<T: Elem>(
+    plans: &[Plan],
+    ranks: &mut [Rank<T>],
+    cursors: &mut [Vec<Cursor>],
+    ci: usize,
+    (ch, _region, count, rail): (usize, Region, u64, u32),
+) -> Result<bool, String> {
+    let members: Vec<usize> = (0..plans.len())
+        .filter(|&r| {
+            plans[r].channels.get(ci).is_some_and(|cw| {
+                cw.channel == ch
+                    && cw
+                        .steps
+                        .iter()
+                        .any(|s| matches!(s, Step::Rail { rail: x, .. } if *x == rail))
+            })
+        })
+        .collect();
+    let mut regions = Vec::with_capacity(members.len());
+    for &m in &members {
+        let cur = cursors[m][ci];
+        match plans[m].channels[ci].steps.get(cur.step) {
+            Some(&Step::Rail {
+                region: r,
+                count: k,
+                rail: x,
+            }) if x == rail => {
+                if k != count {
+                    return Err(format!(
+                        "rail {rail}: rank {m} reduces {k} elements, another {count}"
+                    ));
+                }
+                regions.push(r);
+            }
+            // Not there yet (or never: the deadlock check reports it).
+            _ => return Ok(false),
+        }
+    }
+    let red = plans[members[0]].reduction;
+    let mut val: Option<Vec<T>> = None;
+    for (&m, &r) in members.iter().zip(&regions) {
+        let v = ranks[m].read(r, 0, count)?;
+        val = Some(match val {
+            None => v,
+            Some(mut acc) => {
+                for (x, y) in acc.iter_mut().zip(v) {
+                    *x = x.combine(y, red.combine);
+                }
+                acc
+            }
+        });
+    }
+    let val = val.ok_or("a rail without members")?;
+    for (&m, &r) in members.iter().zip(&regions) {
+        ranks[m].write(r, 0, &val)?;
+        cursors[m][ci] = Cursor {
+            step: cursors[m][ci].step + 1,
+            ..Cursor::default()
+        };
+    }
+    Ok(true)
 }
 
 /// Run every rank's plan (`plans[r]` is rank `r`'s) and return each rank's
@@ -505,6 +581,8 @@ mod tests {
             },
             launch_us: 1.0,
             direct: true,
+            collnet: false,
+            rail: crate::tune::caps::links::MPI_RAIL,
         }
     }
 
@@ -757,6 +835,48 @@ mod tests {
     #[test]
     fn all_reduce_direct() {
         sweep(CollKind::AllReduce, &[Algorithm::Direct]);
+    }
+
+    #[test]
+    fn all_reduce_collnet() {
+        sweep(CollKind::AllReduce, &[Algorithm::CollNet]);
+    }
+
+    #[test]
+    fn collnet_plans_have_rails_on_even_nodes_only() {
+        let plan_of = |keys: &[u64]| {
+            let topo = Topology::from_node_keys(0, keys);
+            let task = Task {
+                kind: CollKind::AllReduce,
+                dtype: Datatype::F32,
+                op: ReduceOp::Sum,
+                count: 1000,
+                root: 0,
+                in_place: false,
+            };
+            let choice = Choice {
+                algorithm: Algorithm::CollNet,
+                protocol: Protocol::Simple,
+                nchannels: 2,
+                chunk_bytes: 256,
+            };
+            build(&task, &topo, &Graph::new(&topo), &choice, &caps(64, 8))
+        };
+        let rails = |p: &Plan| {
+            p.channels
+                .iter()
+                .flat_map(|c| &c.steps)
+                .filter(|s| matches!(s, Step::Rail { .. }))
+                .count()
+        };
+        let even = plan_of(&[0, 0, 1, 1]);
+        assert_eq!(even.algorithm, Algorithm::CollNet);
+        assert!(rails(&even) > 0);
+        for keys in [&[0u64, 0, 1][..], &[0, 0, 0, 0]] {
+            let p = plan_of(keys);
+            assert_eq!(p.algorithm, Algorithm::Ring, "{keys:?}");
+            assert_eq!(rails(&p), 0);
+        }
     }
 
     #[test]

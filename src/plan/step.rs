@@ -154,6 +154,17 @@ pub enum Step {
         dst: Region,
         count: u64,
     },
+    /// All-reduce, in place, the `count` elements at `region` with the
+    /// ranks of local index `rail` on every other node (this rank's rail),
+    /// through the backend's inter-node collective: MPI's own all_reduce on
+    /// the host backend. The value is the plain combine of every member's
+    /// elements (no pre- or post-op), identical on every member. Members
+    /// meet their rail steps in the same order on each channel.
+    Rail {
+        region: Region,
+        count: u64,
+        rail: u32,
+    },
 }
 
 impl Step {
@@ -161,7 +172,7 @@ impl Step {
     pub fn count(&self) -> u64 {
         match self {
             Step::Flow(f) => f.count,
-            Step::Exchange { count, .. } => *count,
+            Step::Exchange { count, .. } | Step::Rail { count, .. } => *count,
         }
     }
 }

@@ -36,6 +36,12 @@ pub struct BackendCaps {
     /// Protocols of the one-shot all_reduce (`protocols` applies to every
     /// other plan).
     pub direct_protocols: Vec<Protocol>,
+    /// Whether the backend runs collnet's rail steps (an inter-node
+    /// collective of its own: MPI's, on the host backend).
+    pub collnet: bool,
+    /// Cost of the rail all-reduce per byte and call, across all nodes
+    /// (MPI's own collective on staged host memory).
+    pub rail: LinkCost,
 }
 
 /// The link costs of both backends, in one table so that a shared
@@ -72,6 +78,15 @@ pub(crate) mod links {
     pub(crate) const MPI_NET: LinkCost = LinkCost {
         latency_us: 10.0,
         bandwidth_gbs: 3.0,
+    };
+
+    /// MPI's own all_reduce on host memory between nodes, per call (an
+    /// estimate for Open MPI over TCP/shared memory; on this kind of
+    /// machine it is slower than gpucoll's own NET rings, so collnet is
+    /// not chosen unless forced). Not calibrated yet.
+    pub(crate) const MPI_RAIL: LinkCost = LinkCost {
+        latency_us: 30.0,
+        bandwidth_gbs: 1.5,
     };
 
     /// Queueing a launch to the host backend's worker and waking it (µs).

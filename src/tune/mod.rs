@@ -27,14 +27,21 @@ pub enum Algorithm {
     /// on every rank). GPUs run it as a kernel of its own
     /// (`GPUCOLL_ALGO=direct` selects it where it fits, as before).
     OneShot,
+    /// all_reduce across nodes with the inter-node part handed to the
+    /// backend's inter-node collective (MPI's own): reduce-scatter within
+    /// each node, every shard all-reduced across nodes among the ranks of
+    /// its local index (the rails), all-gather within each node. Needs the
+    /// same number of ranks on every node.
+    CollNet,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 4] = [
+    pub const ALL: [Algorithm; 5] = [
         Algorithm::Ring,
         Algorithm::Tree,
         Algorithm::Direct,
         Algorithm::OneShot,
+        Algorithm::CollNet,
     ];
 
     pub fn name(self) -> &'static str {
@@ -43,6 +50,7 @@ impl Algorithm {
             Algorithm::Tree => "tree",
             Algorithm::Direct => "direct",
             Algorithm::OneShot => "oneshot",
+            Algorithm::CollNet => "collnet",
         }
     }
 

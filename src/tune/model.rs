@@ -21,6 +21,8 @@ pub struct Shape {
     pub nnodes: usize,
     /// Most ranks on one node.
     pub ppn: usize,
+    /// Whether every node has `ppn` ranks (collnet's rails need it).
+    pub uniform: bool,
 }
 
 /// Latency and bandwidth multipliers of a protocol relative to Simple: LL
@@ -117,6 +119,9 @@ pub fn estimate_us(
         (CollKind::AllReduce, Algorithm::OneShot) => {
             return oneshot_us(proto, bytes, shape, caps);
         }
+        (CollKind::AllReduce, Algorithm::CollNet) => {
+            return collnet_us(proto, nchannels, bytes, shape, caps);
+        }
         (CollKind::AllReduce, Algorithm::Direct) => {
             if nnodes > 1 || proto != Protocol::Simple {
                 return None;
@@ -150,6 +155,36 @@ pub fn estimate_us(
         _ => return None,
     };
     Some(caps.launch_us.max(0.0) + latency * lat_f + bytes / (1000.0 * positive(alg_bw)))
+}
+
+/// Estimated time in µs of a collnet all_reduce of `bytes`, or `None`
+/// where it cannot run (one node, uneven nodes, a backend without rails):
+/// a reduce-scatter and an all-gather within the node, and the rail
+/// all-reduce of each rank's shard (a `1/ppn` share), channel by channel.
+fn collnet_us(
+    proto: Protocol,
+    nchannels: usize,
+    bytes: f64,
+    shape: &Shape,
+    caps: &BackendCaps,
+) -> Option<f64> {
+    if !caps.collnet || shape.nnodes < 2 || !shape.uniform || proto != Protocol::Simple {
+        return None;
+    }
+    let l = shape.ppn.max(1);
+    let nch = nchannels.max(1) as f64;
+    let intra_bus = positive(caps.intra.bandwidth_gbs * nch);
+    let intra = if l > 1 {
+        2.0 * hops(l - 1, 0, caps) + 2.0 * bytes * (l - 1) as f64 / l as f64 / (1000.0 * intra_bus)
+    } else {
+        0.0
+    };
+    // MPI's all_reduce of the shard moves about twice its bytes.
+    let shard = bytes / l as f64;
+    let rail_bw = positive(caps.rail.bandwidth_gbs * nch);
+    let rail = caps.rail.latency_us.max(0.0) * log2_ceil(shape.nnodes).max(1) as f64
+        + 2.0 * shard / (1000.0 * rail_bw);
+    Some(caps.launch_us.max(0.0) + intra + rail)
 }
 
 /// Estimated time in µs of a one-shot all_reduce of `bytes`, or `None`
@@ -217,6 +252,8 @@ mod tests {
             },
             launch_us: 5.0,
             direct: false,
+            collnet: false,
+            rail: crate::tune::caps::links::MPI_RAIL,
         }
     }
 
@@ -227,6 +264,7 @@ mod tests {
             nranks: 64,
             nnodes: 16,
             ppn: 4,
+            uniform: true,
         };
         let est = |a, p, bytes| estimate_us(CollKind::AllReduce, a, p, 1, bytes, &multi, &c);
         // Tree wins small multi-node messages (log latency), ring large ones.

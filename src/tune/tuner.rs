@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// Warn-once bits.
 const WARN_DIRECT_UNAVAILABLE: u32 = 1 << 0;
 const WARN_PROTO: u32 = 1 << 1;
+const WARN_COLLNET_UNAVAILABLE: u32 = 1 << 2;
 /// One bit per collective kind (index in `CollKind::ALL`) for ignored
 /// algorithm overrides.
 const WARN_ALGO_SHIFT: u32 = 8;
@@ -61,6 +62,7 @@ impl Tuner {
             nranks: topo.nranks,
             nnodes: topo.nnodes(),
             ppn: topo.nodes.iter().map(|v| v.len()).max().unwrap_or(1),
+            uniform: topo.nodes.windows(2).all(|w| w[0].len() == w[1].len()),
         };
         let chunk_bytes = max_chunk_bytes(caps);
         // A channel pays one step latency plus its share of the launch; it is
@@ -105,6 +107,9 @@ impl Tuner {
                 if self.shape.nnodes > 1 {
                     v.push(Algorithm::Tree);
                 }
+                if self.collnet_available() {
+                    v.push(Algorithm::CollNet);
+                }
                 if self.direct_available() {
                     v.extend([Algorithm::OneShot, Algorithm::Direct]);
                 }
@@ -116,6 +121,10 @@ impl Tuner {
             | CollKind::ReduceScatter => vec![Algorithm::Ring],
             CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => vec![Algorithm::Direct],
         }
+    }
+
+    fn collnet_available(&self) -> bool {
+        self.caps.collnet && self.shape.nnodes > 1 && self.shape.uniform
     }
 
     fn direct_available(&self) -> bool {
@@ -132,6 +141,21 @@ impl Tuner {
         };
         let forced_order = match (kind, forced) {
             (CollKind::AllReduce, Algorithm::Ring | Algorithm::Tree) => Some(vec![forced]),
+            (CollKind::AllReduce, Algorithm::CollNet) if self.collnet_available() => {
+                Some(vec![forced])
+            }
+            (CollKind::AllReduce, Algorithm::CollNet) => {
+                self.warn_once(
+                    WARN_COLLNET_UNAVAILABLE,
+                    format_args!(
+                        "GPUCOLL_ALGO=collnet: needs several nodes with the same number of ranks \
+                         and a backend with rails (backend collnet={}, {} nodes, uniform={}); \
+                         using ring for all_reduce",
+                        self.caps.collnet, self.shape.nnodes, self.shape.uniform
+                    ),
+                );
+                Some(vec![Algorithm::Ring])
+            }
             // `direct` keeps its meaning for all_reduce: the one-shot where
             // it fits, the pairwise rounds beyond.
             (CollKind::AllReduce, Algorithm::Direct) if self.direct_available() => {
@@ -345,6 +369,8 @@ mod tests {
             },
             launch_us: 4.0,
             direct,
+            collnet: true,
+            rail: crate::tune::caps::links::MPI_RAIL,
         }
     }
 
@@ -406,6 +432,48 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn collnet_only_when_forced_with_even_nodes_and_rails() {
+        let host_like = |collnet: bool| BackendCaps {
+            intra: crate::tune::caps::links::HOST_SHM,
+            inter: crate::tune::caps::links::MPI_NET,
+            collnet,
+            ..caps(false)
+        };
+        let even = Topology::from_node_keys(0, &[0, 0, 1, 1]);
+        let uneven = Topology::from_node_keys(0, &[0, 0, 1]);
+        // Uncalibrated, MPI's host all_reduce is costed above gpucoll's own
+        // rings and trees: never chosen automatically.
+        let auto = Tuner::new(&even, &host_like(true), &Config::default());
+        for count in [1u64, 1000, 1 << 16, 1 << 20, 1 << 26] {
+            assert_ne!(
+                auto.choose(&task(CollKind::AllReduce, count)).algorithm,
+                Algorithm::CollNet
+            );
+        }
+        let forced = Config {
+            algo: Some(Algorithm::CollNet),
+            ..Config::default()
+        };
+        let t = Tuner::new(&even, &host_like(true), &forced);
+        assert_eq!(
+            t.choose(&task(CollKind::AllReduce, 1 << 20)).algorithm,
+            Algorithm::CollNet
+        );
+        // Other collectives ignore it; uneven nodes or no rails: the ring.
+        assert_ne!(
+            t.choose(&task(CollKind::AllGather, 1 << 20)).algorithm,
+            Algorithm::CollNet
+        );
+        for (topo, rails) in [(&uneven, true), (&even, false)] {
+            let t = Tuner::new(topo, &host_like(rails), &forced);
+            assert_eq!(
+                t.choose(&task(CollKind::AllReduce, 1 << 20)).algorithm,
+                Algorithm::Ring
+            );
         }
     }
 

@@ -27,5 +27,9 @@ pub(super) fn caps(layout: &Layout, transport: Transport) -> BackendCaps {
         inter: INTER,
         launch_us: LAUNCH_US,
         direct: layout.direct,
+        // Rail steps (collnet) need a device-side bridge to MPI that this
+        // backend does not have: its inter-node traffic is the NET proxy.
+        collnet: false,
+        rail: crate::tune::caps::links::MPI_RAIL,
     }
 }

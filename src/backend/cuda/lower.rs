@@ -275,6 +275,8 @@ impl Target {
                 scratch_elems: elems(scratch),
                 // In place (or overlapping), input and output are one memory.
                 input_writable: plan.task.in_place || (i0 < o1 && o0 < i1),
+                // collnet is not offered to this backend (its caps say so).
+                rail: None,
             },
         )?;
         let red = plan.reduction;
@@ -341,6 +343,14 @@ impl Target {
                         g.recv[0] = peer(*from);
                         g.nsend = 1;
                         g.nrecv = 1;
+                    }
+                    Step::Rail { .. } => {
+                        return Err(plan_error(
+                            seq,
+                            ch,
+                            i,
+                            "a rail step (collnet) on the CUDA backend",
+                        ))
                     }
                 }
                 steps.push(g);

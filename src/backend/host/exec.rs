@@ -33,6 +33,7 @@ use crate::plan::{Flow, Region, Step, MAX_STEP_PEERS};
 use compute::{compute_piece, Kernel};
 use prepare::Item;
 pub(crate) use prepare::{prepare, Prepared};
+use rail::RailState;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -66,6 +67,11 @@ pub(crate) trait Fabric: Sync {
     fn comm(&self) -> Option<&MpiComm>;
     /// The MPI connectors of `channel`.
     fn net(&self, channel: usize) -> &Mutex<ChannelNet>;
+    /// This rank's rail (its local index) when collnet's rail steps can
+    /// run here (several nodes), else None.
+    fn rail(&self) -> Option<u32>;
+    /// The communicator of this rank's rail for `channel`.
+    fn rail_comm(&self, channel: usize) -> Option<&MpiComm>;
     /// Fail if this backend or a peer aborted or failed.
     fn check_abort(&self) -> Result<()>;
     /// Record a failure and tell the local peers (idempotent).
@@ -189,6 +195,7 @@ fn drive<'f, F: Fabric>(fab: &'f F, runs: &mut [ChannelRun<'_, 'f>]) -> Result<(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Waiting {
     Nothing,
+    Rail,
     Recv(usize),
     Send(usize),
     Drain(usize),
@@ -236,6 +243,7 @@ struct ExchState<'f> {
 enum StepKind<'f> {
     Flow(FlowState<'f>),
     Exch(ExchState<'f>),
+    Rail(RailState<'f>),
 }
 
 #[derive(Debug)]
@@ -435,6 +443,9 @@ impl<'p, 'f> ChannelRun<'p, 'f> {
             Waiting::Drain(p) => {
                 format!("completion of MPI sends to rank {p} on channel {ch} (collective #{seq})")
             }
+            Waiting::Rail => format!(
+                "MPI's all_reduce with the other nodes (collnet rail) on channel {ch} (collective #{seq})"
+            ),
             Waiting::Nothing => format!("channel {ch} (collective #{seq})"),
         };
         Err(Error::Timeout {
@@ -503,6 +514,13 @@ impl<'p, 'f> ChannelRun<'p, 'f> {
         let (moved, done) = match &mut st.kind {
             StepKind::Flow(_) => flow_piece(st, &mut cx, &mut self.waiting)?,
             StepKind::Exch(_) => exch_poll(st, &mut cx, &mut self.waiting)?,
+            StepKind::Rail(r) => {
+                let (moved, done) = r.poll()?;
+                if !moved {
+                    self.waiting = Waiting::Rail;
+                }
+                (moved, done)
+            }
         };
         if done {
             self.st = None;
@@ -596,6 +614,26 @@ impl<'p, 'f> ChannelRun<'p, 'f> {
                 }
                 StepKind::Exch(es)
             }
+            Step::Rail { region, .. } => {
+                let comm = fab.rail_comm(ch).ok_or_else(|| {
+                    plan_error(item.seq, ch, self.si, "a rail step without rails")
+                })?;
+                let bytes = count as usize * item.esize;
+                let rail = RailState::new(
+                    comm,
+                    ptr(*region)?,
+                    bytes,
+                    item.dtype,
+                    item.plan.reduction.combine,
+                );
+                // One unit of work: the whole region in one MPI call.
+                return Ok(StepState {
+                    count,
+                    pe: count.max(1),
+                    npieces: u64::from(count > 0),
+                    kind: StepKind::Rail(rail),
+                });
+            }
         };
         Ok(StepState {
             count,
@@ -616,7 +654,7 @@ fn flow_piece(
     let npieces = st.npieces;
     let (off, n) = st.piece(match &st.kind {
         StepKind::Flow(fs) => fs.piece,
-        StepKind::Exch(_) => unreachable!("flow_piece on an exchange"),
+        StepKind::Exch(_) | StepKind::Rail(_) => unreachable!("flow_piece on another step"),
     });
     let StepKind::Flow(fs) = &mut st.kind else {
         unreachable!("checked above");
@@ -690,7 +728,7 @@ fn exch_poll(
         (off as usize * esize, (pe.min(count - off)) as usize * esize)
     };
     let StepKind::Exch(es) = &mut st.kind else {
-        unreachable!("exch_poll on a flow");
+        unreachable!("exch_poll on another step");
     };
     let mut moved = false;
     // Sends run ahead as far as the peer's FIFO allows.
@@ -734,5 +772,6 @@ fn exch_poll(
 
 mod compute;
 mod prepare;
+mod rail;
 #[cfg(test)]
 mod tests;

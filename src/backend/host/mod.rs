@@ -67,6 +67,9 @@ struct Inner {
     /// Private duplicate of the communicator for point-to-point traffic
     /// (None on a single node).
     comm: Option<MpiComm>,
+    /// Per channel, the communicator of this rank's rail (the ranks of its
+    /// local index on every node) for collnet plans; empty on one node.
+    rails: Vec<MpiComm>,
     failure: Failure,
     /// The sequence numbers of the launch being executed, each plus one
     /// (0: none): a failure is published as belonging to its first call,
@@ -165,6 +168,14 @@ impl Fabric for Inner {
 
     fn net(&self, channel: usize) -> &Mutex<ChannelNet> {
         &self.net[channel]
+    }
+
+    fn rail(&self) -> Option<u32> {
+        (!self.rails.is_empty()).then_some(self.local_rank as u32)
+    }
+
+    fn rail_comm(&self, channel: usize) -> Option<&MpiComm> {
+        self.rails.get(channel)
     }
 
     fn check_abort(&self) -> Result<()> {
@@ -323,6 +334,20 @@ impl HostBackend {
             .map(|s| s.or_else(|| own.take()).expect("own segment in its slot"))
             .collect();
 
+        // The rails: split by local index, ordered by node; one duplicate
+        // per channel so channels' rail calls never interleave on one
+        // communicator.
+        let rails = if topo.nnodes() > 1 {
+            let rail = mpi
+                .split(Some(local_rank as u32), topo.node() as i32)?
+                .ok_or_else(|| Error::Backend("MPI_Comm_split gave no rail communicator".into()))?;
+            (0..layout.channels)
+                .map(|_| rail.dup())
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
+
         let parallel = threaded
             && channel_threads_env().unwrap_or_else(|| {
                 let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -345,6 +370,7 @@ impl HostBackend {
             segs,
             net: (0..layout.channels).map(|_| Mutex::default()).collect(),
             comm,
+            rails,
             failure: Failure::default(),
             running_first: AtomicU64::new(0),
             running_last: AtomicU64::new(0),
@@ -359,6 +385,8 @@ impl HostBackend {
             inter: links::MPI_NET,
             launch_us: links::HOST_LAUNCH_US,
             direct: false,
+            collnet: topo.nnodes() > 1,
+            rail: links::MPI_RAIL,
         };
         let worker = if threaded {
             let w = inner.clone();

@@ -28,6 +28,9 @@ pub(crate) struct Limits {
     /// Whether a step may write through the input (in place: input and
     /// output are the same memory).
     pub input_writable: bool,
+    /// This rank's rail (its local index) when the backend runs
+    /// [`Step::Rail`]; None when it has no inter-node collective.
+    pub rail: Option<u32>,
 }
 
 impl Limits {
@@ -114,6 +117,26 @@ pub(crate) fn validate(plan: &Plan, seq: u64, lim: &Limits) -> Result<()> {
                     peer(*from)?;
                     region(*src, *count, false)?;
                     region(*dst, *count, true)?;
+                }
+                Step::Rail {
+                    region: r,
+                    count,
+                    rail,
+                } => {
+                    match lim.rail {
+                        None => {
+                            return Err(err(
+                                "a rail step (collnet), which this backend does not run".into(),
+                            ))
+                        }
+                        Some(mine) if mine != *rail => {
+                            return Err(err(format!(
+                                "rail {rail}, but this rank's local index is {mine}"
+                            )))
+                        }
+                        Some(_) => {}
+                    }
+                    region(*r, *count, true)?;
                 }
             }
         }

@@ -75,6 +75,8 @@ fn planned(kind: CollKind, algorithm: Algorithm, count: u64, rank: usize, nranks
         inter: link,
         launch_us: 1.0,
         direct: true,
+        collnet: false,
+        rail: crate::tune::caps::links::MPI_RAIL,
     };
     let choice = crate::tune::Choice {
         algorithm,

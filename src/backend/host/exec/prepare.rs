@@ -110,6 +110,7 @@ impl Item {
             output_elems: self.output.elems,
             scratch_elems: self.scratch.elems,
             input_writable: self.input_writable(),
+            rail: fab.rail(),
         };
         validate::validate(&self.plan, self.seq, &limits)
     }

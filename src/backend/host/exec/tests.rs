@@ -102,6 +102,12 @@ impl Fabric for MockFab<'_> {
     fn net(&self, channel: usize) -> &Mutex<ChannelNet> {
         &self.net[channel]
     }
+    fn rail(&self) -> Option<u32> {
+        None
+    }
+    fn rail_comm(&self, _channel: usize) -> Option<&MpiComm> {
+        None
+    }
     fn check_abort(&self) -> Result<()> {
         if let Some(r) = self.failed.lock().unwrap().clone() {
             return Err(Error::CommunicatorFailed(r));
