@@ -55,6 +55,20 @@ pub fn initialize_with_threading(threading: Threading) -> Result<Universe> {
 ///
 /// Dropping it does not invalidate live communicators: MPI stays
 /// initialized until they are dropped too.
+///
+/// ```no_run
+/// use gpucoll::prelude::*;
+///
+/// let universe = gpucoll::initialize()?;
+/// let world = universe.world()?;
+/// // One communicator per pair of ranks, beside the world.
+/// let pair = world.split(Some((world.rank() / 2) as u32), 0)?.expect("a color");
+/// let mut x = vec![1u64; 4];
+/// pair.all_reduce_in_place(&mut x, ReduceOp::Sum)?;
+/// drop(universe); // `world` and `pair` keep MPI alive
+/// world.process_at_rank(0).broadcast_into(&mut x)?;
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Universe {
     runtime: Arc<Runtime>,

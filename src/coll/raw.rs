@@ -84,6 +84,28 @@ use std::ffi::c_void;
 
 /// A caller's CUDA stream handle (`CUstream` / `cudaStream_t`); null is the
 /// legacy default stream.
+///
+/// The handle a CUDA library hands out (`CudaStream::raw`, cudarc's
+/// `cu_stream()`, a `cudaStream_t` from C) is passed as is:
+///
+/// ```no_run
+/// use gpucoll::{Communicator, CudaStreamRaw, Datatype, ReduceOp};
+///
+/// /// Queue the sum of `n` f32 gradients at `grads` (device memory of the
+/// /// communicator's GPU) on the training loop's stream.
+/// ///
+/// /// # Safety
+/// /// `grads` holds `n` f32 and stays allocated until the stream ran the call.
+/// unsafe fn sum_on_stream(
+///     comm: &Communicator,
+///     grads: *mut std::ffi::c_void,
+///     n: u64,
+///     stream: CudaStreamRaw,
+/// ) -> gpucoll::Result<()> {
+///     // SAFETY: the caller's promise; in place, so send == recv.
+///     unsafe { comm.all_reduce_raw(grads, grads, n, Datatype::F32, ReduceOp::Sum, Some(stream)) }
+/// }
+/// ```
 pub type CudaStreamRaw = *mut c_void;
 
 /// Where the memory at `addr` (of `bytes`) lives; an error for device
