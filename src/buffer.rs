@@ -1,5 +1,15 @@
 //! What a collective's buffers look like to the engine: an address, a length
 //! in elements, a datatype and where the memory lives.
+//!
+//! ```
+//! use gpucoll::{Buffer, Datatype, MemoryKind};
+//!
+//! let grads = vec![gpucoll::bf16::from_f32(0.5); 1024];
+//! let raw = grads[512..].raw();
+//! assert_eq!((raw.len, raw.dtype, raw.bytes()), (512, Datatype::BF16, 1024));
+//! assert_eq!(raw.addr, grads[512..].as_ptr() as u64);
+//! assert_eq!(raw.memory, MemoryKind::Host);
+//! ```
 
 use crate::datatype::{Datatype, Equivalence};
 

@@ -1,4 +1,18 @@
 //! Environment variables that steer gpucoll, read once per communicator.
+//!
+//! Set them before the communicator is created (usually in the job script);
+//! [`Config::from_env`] shows what a communicator would read:
+//!
+//! ```
+//! use gpucoll::Config;
+//! use std::time::Duration;
+//!
+//! std::env::set_var("GPUCOLL_TIMEOUT", "60");
+//! std::env::set_var("GPUCOLL_CHECK", "1");
+//! let c = Config::from_env()?;
+//! assert_eq!((c.timeout, c.check), (Duration::from_secs(60), true));
+//! # Ok::<(), gpucoll::Error>(())
+//! ```
 
 use crate::error::{Error, Result};
 use crate::tune::{Algorithm, Protocol};

@@ -5,6 +5,17 @@
 //! MPI is finalized (when gpucoll initialized it) only after the
 //! [`Universe`] *and* every [`Communicator`] and internal MPI handle are
 //! dropped, so communicator resources are always released before MPI goes.
+//!
+//! ```no_run
+//! fn main() -> gpucoll::Result<()> {
+//!     let universe = gpucoll::initialize()?;
+//!     let world = universe.world()?;
+//!     let node = world.split(Some(world.node() as u32), world.rank() as i32)?;
+//!     // ... collectives on `world` and `node` ...
+//!     Ok(())
+//!     // `node`, `world` and `universe` drop here; then MPI is finalized.
+//! }
+//! ```
 
 use crate::comm::{self, Communicator};
 use crate::error::{Error, Result};

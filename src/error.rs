@@ -1,4 +1,22 @@
 //! The one error type of gpucoll.
+//!
+//! ```no_run
+//! # use gpucoll::prelude::*;
+//! # let universe = gpucoll::initialize()?; let world = universe.world()?;
+//! let mut x = vec![1.0f32; 1024];
+//! match world.all_reduce_in_place(&mut x, ReduceOp::Sum) {
+//!     Ok(()) => {}
+//!     // A peer died or the ranks issued different calls: this communicator
+//!     // is done, the job should stop.
+//!     Err(e) if e.is_fatal() => {
+//!         eprintln!("rank {}: {e}", world.rank());
+//!         std::process::exit(1);
+//!     }
+//!     // A mistake in this call (length, root, op ...): nothing moved.
+//!     Err(e) => return Err(e),
+//! }
+//! # Ok::<(), gpucoll::Error>(())
+//! ```
 
 use crate::datatype::Datatype;
 

@@ -8,6 +8,20 @@
 //! exclusive or). On a communicator of one rank every reduction returns the
 //! input unchanged, as MPI libraries do (a lone logical input is not
 //! normalized to 1/0).
+//!
+//! ```
+//! use gpucoll::{Datatype, ReduceOp};
+//!
+//! // Which ops a program may offer for its u8 flags and its f16 values.
+//! let ops_for = |d: Datatype| -> Vec<ReduceOp> {
+//!     ReduceOp::ALL.into_iter().filter(|o| o.applies_to(d)).collect()
+//! };
+//! let (for_flags, for_f16) = (ops_for(Datatype::U8), ops_for(Datatype::F16));
+//! assert_eq!(for_flags.len(), 12);
+//! assert!(for_flags.contains(&ReduceOp::LogicalOr));
+//! assert_eq!(for_f16.len(), 6);
+//! assert!(!for_f16.contains(&ReduceOp::BitAnd));
+//! ```
 
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};

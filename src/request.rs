@@ -7,6 +7,24 @@
 //! has completed. So a buffer can neither be freed nor touched while the
 //! engine still works on it, even if a `Request` is leaked with
 //! `std::mem::forget`.
+//!
+//! ```no_run
+//! # use gpucoll::prelude::*;
+//! # let universe = gpucoll::initialize()?; let world = universe.world()?;
+//! # fn backward(layer: usize) -> Vec<f32> { vec![layer as f32; 1024] }
+//! // Start each layer's gradient average as soon as backward produced it.
+//! let grads: Vec<Vec<f32>> = (0..4).map(backward).collect();
+//! let mut avg = vec![vec![0f32; 1024]; 4];
+//! gpucoll::scope(|s| {
+//!     let reqs = grads
+//!         .iter()
+//!         .zip(avg.iter_mut())
+//!         .map(|(g, a)| world.immediate_all_reduce_into(s, g, a, ReduceOp::Avg))
+//!         .collect::<Result<Vec<_>>>()?;
+//!     reqs.into_iter().try_for_each(|r| r.wait())
+//! })?;
+//! # Ok::<(), gpucoll::Error>(())
+//! ```
 
 use crate::backend::PendingWork;
 use crate::error::Result;

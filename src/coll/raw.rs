@@ -72,6 +72,27 @@
 //! device memory of the same GPU, lengths, datatype and op, the
 //! stream's context and capture state. These errors leave the communicator
 //! usable.
+//!
+//! # Example
+//!
+//! Blocking raw calls accept host memory on either backend:
+//!
+//! ```no_run
+//! # use gpucoll::prelude::*;
+//! # let universe = gpucoll::initialize()?; let world = universe.world()?;
+//! let send = vec![world.rank() as f64; 1000];
+//! let mut recv = vec![0f64; 1000];
+//! // SAFETY: both vectors hold 1000 f64, do not overlap, and outlive the
+//! // blocking call.
+//! unsafe {
+//!     world.all_reduce_raw(
+//!         send.as_ptr().cast(), recv.as_mut_ptr().cast(), 1000, Datatype::F64,
+//!         ReduceOp::Max, None,
+//!     )?;
+//! }
+//! assert_eq!(recv[0], (world.size() - 1) as f64);
+//! # Ok::<(), gpucoll::Error>(())
+//! ```
 
 use super::check::Args;
 use crate::buffer::{MemoryKind, RawBuffer};
