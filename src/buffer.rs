@@ -1,9 +1,33 @@
 //! What a collective's buffers look like to the engine: an address, a length
 //! in elements, a datatype and where the memory lives.
+//!
+//! ```
+//! use gpucoll::{Buffer, Datatype, MemoryKind};
+//!
+//! let grads = vec![gpucoll::bf16::from_f32(0.5); 1024];
+//! let raw = grads[512..].raw();
+//! assert_eq!((raw.len, raw.dtype, raw.bytes()), (512, Datatype::BF16, 1024));
+//! assert_eq!(raw.addr, grads[512..].as_ptr() as u64);
+//! assert_eq!(raw.memory, MemoryKind::Host);
+//! ```
 
 use crate::datatype::{Datatype, Equivalence};
 
 /// Where a buffer's memory lives.
+///
+/// ```
+/// use gpucoll::{Buffer, MemoryKind};
+///
+/// let host = vec![0u8; 64];
+/// assert_eq!(host.raw().memory, MemoryKind::Host);
+/// // A device buffer reports its GPU.
+/// let where_ = MemoryKind::Device { ordinal: 1 };
+/// let gpu = match where_ {
+///     MemoryKind::Device { ordinal } => Some(ordinal),
+///     MemoryKind::Host => None,
+/// };
+/// assert_eq!(gpu, Some(1));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemoryKind {
     /// Ordinary host memory of this process.
@@ -16,6 +40,20 @@ pub enum MemoryKind {
 ///
 /// Built by the [`Buffer`] impls from borrows, or by the raw entry points
 /// from pointers whose validity the caller promises.
+///
+/// ```
+/// use gpucoll::{Buffer, Datatype, MemoryKind, RawBuffer};
+///
+/// let v = vec![0f32; 16];
+/// let whole: RawBuffer = v.raw();
+/// assert_eq!((whole.len, whole.dtype), (16, Datatype::F32));
+/// assert_eq!(whole.bytes(), 64);
+/// assert_eq!(whole.memory, MemoryKind::Host);
+/// // Halves of one vector touch no common byte; a slice and its vector do.
+/// let (lo, hi) = (v[..8].raw(), v[8..].raw());
+/// assert!(!lo.overlaps(&hi));
+/// assert!(lo.overlaps(&whole));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawBuffer {
     /// Address of the first element (host virtual address or device pointer).
@@ -47,6 +85,23 @@ impl RawBuffer {
 
 /// A buffer a collective can read from: slices, vectors, and (with the CUDA
 /// backend) device buffers.
+///
+/// Host slices, vectors, arrays and single values are buffers; so are
+/// `DeviceBuffer`s and their views (feature `cuda`) and cudarc's slices
+/// (feature `cudarc`). Generic code takes `impl Buffer`:
+///
+/// ```
+/// use gpucoll::{Buffer, Datatype};
+///
+/// fn describe(b: &(impl Buffer + ?Sized)) -> String {
+///     let raw = b.raw();
+///     format!("{} x {}", raw.len, raw.dtype)
+/// }
+/// assert_eq!(describe(&vec![0f32; 8]), "8 x f32");
+/// assert_eq!(describe(&[1u8, 2, 3][..]), "3 x u8");
+/// assert_eq!(describe(&7i64), "1 x i64");
+/// assert_eq!([0u32; 4].raw().dtype, Datatype::U32);
+/// ```
 pub trait Buffer {
     /// Element type.
     type Elem: Equivalence;
@@ -55,6 +110,28 @@ pub trait Buffer {
 }
 
 /// A buffer a collective can write into.
+///
+/// Receive buffers of blocking calls and buffers of in-place forms are
+/// `BufferMut`; the element type of the send buffer must match
+/// (`R: BufferMut<Elem = S::Elem>`), so mixing `f32` and `i32` does not
+/// compile.
+///
+/// ```
+/// use gpucoll::{Buffer, BufferMut};
+///
+/// /// The receive buffer's length, checked against the send buffer's type.
+/// fn recv_len<S, R>(_send: &S, recv: &mut R) -> u64
+/// where
+///     S: Buffer + ?Sized,
+///     R: BufferMut<Elem = S::Elem> + ?Sized,
+/// {
+///     recv.raw_mut().len
+/// }
+/// let send = vec![1.0f32; 4];
+/// let mut recv = vec![0.0f32; 16];
+/// assert_eq!(recv_len(&send, &mut recv), 16);
+/// assert_eq!(recv_len(&send, &mut recv[..4]), 4);
+/// ```
 pub trait BufferMut: Buffer {
     /// The engine's view of this buffer, for writing.
     fn raw_mut(&mut self) -> RawBuffer;

@@ -19,6 +19,27 @@ use std::sync::Arc;
 ///
 /// Cheap to clone: clones share the same communicator. Dropping the last
 /// clone releases its resources (shared memory, the MPI duplicate).
+///
+/// Get one from [`Universe::world`](crate::Universe::world),
+/// [`from_raw_mpi`](Self::from_raw_mpi) or [`split`](Self::split); every
+/// collective is a method on it (rooted ones on
+/// [`process_at_rank`](Self::process_at_rank)):
+///
+/// ```no_run
+/// use gpucoll::prelude::*;
+///
+/// let universe = gpucoll::initialize()?;
+/// let world = universe.world()?;
+/// println!(
+///     "rank {} of {} on node {} of {} ({} backend)",
+///     world.rank(), world.size(), world.node(), world.nnodes(), world.backend_name()
+/// );
+/// let mine = vec![world.rank() as u32; 4];
+/// let mut all = vec![0u32; 4 * world.size()];
+/// world.all_gather_into(&mine, &mut all)?;
+/// assert_eq!(all[4 * (world.size() - 1)], world.size() as u32 - 1);
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Communicator {
     pub(crate) inner: Arc<CommInner>,

@@ -1,4 +1,18 @@
 //! Environment variables that steer gpucoll, read once per communicator.
+//!
+//! Set them before the communicator is created (usually in the job script);
+//! [`Config::from_env`] shows what a communicator would read:
+//!
+//! ```
+//! use gpucoll::Config;
+//! use std::time::Duration;
+//!
+//! std::env::set_var("GPUCOLL_TIMEOUT", "60");
+//! std::env::set_var("GPUCOLL_CHECK", "1");
+//! let c = Config::from_env()?;
+//! assert_eq!((c.timeout, c.check), (Duration::from_secs(60), true));
+//! # Ok::<(), gpucoll::Error>(())
+//! ```
 
 use crate::error::{Error, Result};
 use crate::tune::{Algorithm, Protocol};
@@ -6,9 +20,39 @@ use std::time::Duration;
 
 /// Default for `GPUCOLL_TIMEOUT` (seconds without progress before a
 /// collective fails).
+///
+/// ```
+/// use gpucoll::config::{Config, DEFAULT_TIMEOUT_SECS};
+/// use std::time::Duration;
+///
+/// let unset = Config::from_lookup(|_| None)?;
+/// assert_eq!(unset.timeout, Duration::from_secs_f64(DEFAULT_TIMEOUT_SECS));
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
 pub const DEFAULT_TIMEOUT_SECS: f64 = 300.0;
 
 /// Settings read from `GPUCOLL_*` variables.
+///
+/// A communicator reads them when it is created
+/// ([`Communicator::config`](crate::Communicator::config) shows the result);
+/// [`Config::from_lookup`] parses them from any source, e.g. to validate a
+/// job's settings before launching it:
+///
+/// ```
+/// use gpucoll::{Config, Error};
+/// use std::collections::HashMap;
+/// use std::time::Duration;
+///
+/// let vars = HashMap::from([("GPUCOLL_TIMEOUT", "30"), ("GPUCOLL_CHECK", "1")]);
+/// let c = Config::from_lookup(|name| vars.get(name).map(|v| v.to_string()))?;
+/// assert_eq!(c.timeout, Duration::from_secs(30));
+/// assert!(c.check && c.algo.is_none());
+///
+/// // A malformed value names the variable.
+/// let bad = Config::from_lookup(|name| (name == "GPUCOLL_NCHANNELS").then(|| "0".into()));
+/// assert!(matches!(bad, Err(Error::Config { name: "GPUCOLL_NCHANNELS", .. })));
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// `GPUCOLL_TIMEOUT`: seconds a collective may go without progress.

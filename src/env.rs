@@ -5,6 +5,17 @@
 //! MPI is finalized (when gpucoll initialized it) only after the
 //! [`Universe`] *and* every [`Communicator`] and internal MPI handle are
 //! dropped, so communicator resources are always released before MPI goes.
+//!
+//! ```no_run
+//! fn main() -> gpucoll::Result<()> {
+//!     let universe = gpucoll::initialize()?;
+//!     let world = universe.world()?;
+//!     let node = world.split(Some(world.node() as u32), world.rank() as i32)?;
+//!     // ... collectives on `world` and `node` ...
+//!     Ok(())
+//!     // `node`, `world` and `universe` drop here; then MPI is finalized.
+//! }
+//! ```
 
 use crate::comm::{self, Communicator};
 use crate::error::{Error, Result};
@@ -55,6 +66,20 @@ pub fn initialize_with_threading(threading: Threading) -> Result<Universe> {
 ///
 /// Dropping it does not invalidate live communicators: MPI stays
 /// initialized until they are dropped too.
+///
+/// ```no_run
+/// use gpucoll::prelude::*;
+///
+/// let universe = gpucoll::initialize()?;
+/// let world = universe.world()?;
+/// // One communicator per pair of ranks, beside the world.
+/// let pair = world.split(Some((world.rank() / 2) as u32), 0)?.expect("a color");
+/// let mut x = vec![1u64; 4];
+/// pair.all_reduce_in_place(&mut x, ReduceOp::Sum)?;
+/// drop(universe); // `world` and `pair` keep MPI alive
+/// world.process_at_rank(0).broadcast_into(&mut x)?;
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Universe {
     runtime: Arc<Runtime>,

@@ -1,8 +1,38 @@
 //! The one error type of gpucoll.
+//!
+//! ```no_run
+//! # use gpucoll::prelude::*;
+//! # let universe = gpucoll::initialize()?; let world = universe.world()?;
+//! let mut x = vec![1.0f32; 1024];
+//! match world.all_reduce_in_place(&mut x, ReduceOp::Sum) {
+//!     Ok(()) => {}
+//!     // A peer died or the ranks issued different calls: this communicator
+//!     // is done, the job should stop.
+//!     Err(e) if e.is_fatal() => {
+//!         eprintln!("rank {}: {e}", world.rank());
+//!         std::process::exit(1);
+//!     }
+//!     // A mistake in this call (length, root, op ...): nothing moved.
+//!     Err(e) => return Err(e),
+//! }
+//! # Ok::<(), gpucoll::Error>(())
+//! ```
 
 use crate::datatype::Datatype;
 
 /// Result alias used throughout gpucoll.
+///
+/// ```
+/// use gpucoll::{Datatype, ReduceOp, Result};
+///
+/// fn checked_op(name: &str, dtype: Datatype) -> Result<ReduceOp> {
+///     let op = ReduceOp::parse(name).unwrap_or(ReduceOp::Sum);
+///     op.validate(dtype)?;
+///     Ok(op)
+/// }
+/// assert_eq!(checked_op("max", Datatype::F32), Ok(ReduceOp::Max));
+/// assert!(checked_op("band", Datatype::F32).is_err());
+/// ```
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// Everything that can go wrong in a gpucoll call.
@@ -11,6 +41,25 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// before any data moves, and leave the communicator usable. Errors that only
 /// the ranks together can see (`MismatchedCall`, `Timeout`, `PeerFailed`)
 /// leave the communicator failed: later calls return `CommunicatorFailed`.
+///
+/// Match on the variant to react, and ask [`is_fatal`](Error::is_fatal)
+/// whether the communicator can still be used:
+///
+/// ```
+/// use gpucoll::{Datatype, Error, ReduceOp};
+///
+/// let err = ReduceOp::BitAnd.validate(Datatype::F64).unwrap_err();
+/// match &err {
+///     Error::InvalidOp { dtype, .. } => assert_eq!(*dtype, Datatype::F64),
+///     other => panic!("unexpected error: {other}"),
+/// }
+/// // An argument error: nothing moved, the communicator stays usable.
+/// assert!(!err.is_fatal());
+/// assert_eq!(err.to_string(), "reduction band (integer types only) is not defined for f64");
+///
+/// let timeout = Error::Timeout { seq: 7, seconds: 300.0, waiting_for: "rank 3".into() };
+/// assert!(timeout.is_fatal());
+/// ```
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -78,6 +78,19 @@ pub use request::{scope, RawRequest, Request, Scope};
 pub use task::CollKind;
 
 /// Everything a typical program needs.
+///
+/// ```no_run
+/// use gpucoll::prelude::*;
+///
+/// fn average(world: &Communicator, grads: &mut [bf16]) -> Result<()> {
+///     world.all_reduce_in_place(grads, ReduceOp::Avg)
+/// }
+/// let universe = initialize()?;
+/// let world = universe.world()?;
+/// let mut grads = vec![bf16::from_f32(world.rank() as f32); 4096];
+/// average(&world, &mut grads)?;
+/// # Ok::<(), Error>(())
+/// ```
 pub mod prelude {
     pub use crate::{
         bf16, f16, initialize, Buffer, BufferMut, Communicator, Datatype, Equivalence, Error,

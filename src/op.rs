@@ -8,12 +8,42 @@
 //! exclusive or). On a communicator of one rank every reduction returns the
 //! input unchanged, as MPI libraries do (a lone logical input is not
 //! normalized to 1/0).
+//!
+//! ```
+//! use gpucoll::{Datatype, ReduceOp};
+//!
+//! // Which ops a program may offer for its u8 flags and its f16 values.
+//! let ops_for = |d: Datatype| -> Vec<ReduceOp> {
+//!     ReduceOp::ALL.into_iter().filter(|o| o.applies_to(d)).collect()
+//! };
+//! let (for_flags, for_f16) = (ops_for(Datatype::U8), ops_for(Datatype::F16));
+//! assert_eq!(for_flags.len(), 12);
+//! assert!(for_flags.contains(&ReduceOp::LogicalOr));
+//! assert_eq!(for_f16.len(), 6);
+//! assert!(!for_f16.contains(&ReduceOp::BitAnd));
+//! ```
 
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use std::fmt;
 
 /// A reduction operation for `all_reduce`, `reduce` and `reduce_scatter`.
+///
+/// ```
+/// use gpucoll::{Datatype, Error, ReduceOp};
+///
+/// // Ops as a command line or a config file names them.
+/// assert_eq!(ReduceOp::parse("max"), Some(ReduceOp::Max));
+/// assert_eq!(ReduceOp::parse("premulsum:0.5"), Some(ReduceOp::PreMulSum(0.5)));
+/// // Bitwise ops exist for integers only; a fractional scale needs a float type.
+/// assert!(ReduceOp::BitXor.applies_to(Datatype::U32));
+/// assert!(matches!(
+///     ReduceOp::BitXor.validate(Datatype::F32),
+///     Err(Error::InvalidOp { .. })
+/// ));
+/// assert!(ReduceOp::PreMulSum(0.5).applies_to(Datatype::BF16));
+/// assert!(!ReduceOp::PreMulSum(0.5).applies_to(Datatype::I32));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ReduceOp {
     /// Element-wise sum (wrapping for integers).
@@ -203,6 +233,18 @@ impl fmt::Display for ReduceOp {
 /// datatype and the communicator size: the combining function plus an
 /// optional scaling of each local input (pre-op) and of the final result
 /// (post-op). Every backend implements exactly this.
+///
+/// ```
+/// use gpucoll::op::{Combine, Reduction};
+/// use gpucoll::{Datatype, ReduceOp};
+///
+/// // Avg on floats: every input is scaled by 1/size, then summed.
+/// let f = Reduction::lower(ReduceOp::Avg, Datatype::F32, 4);
+/// assert_eq!((f.combine, f.pre_scale, f.post_div), (Combine::Sum, Some(0.25), None));
+/// // Avg on integers: summed, then divided by the size once.
+/// let i = Reduction::lower(ReduceOp::Avg, Datatype::I64, 4);
+/// assert_eq!((i.combine, i.pre_scale, i.post_div), (Combine::Sum, None, Some(4)));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Reduction {
     /// The element-wise combining function.
@@ -216,6 +258,18 @@ pub struct Reduction {
 /// The element-wise combining function of a [`Reduction`]. The bitwise and
 /// logical functions are reached for integer types only (validation rejects
 /// them on floats); the logical ones yield 1 or 0.
+///
+/// ```
+/// use gpucoll::op::{Combine, Reduction};
+/// use gpucoll::{Datatype, ReduceOp};
+///
+/// let combine = |op| Reduction::lower(op, Datatype::I32, 8).combine;
+/// assert_eq!(combine(ReduceOp::Max), Combine::Max);
+/// assert_eq!(combine(ReduceOp::LogicalOr), Combine::LogicalOr);
+/// // The scaled sums all combine by adding.
+/// assert_eq!(combine(ReduceOp::PreMulSum(3.0)), Combine::Sum);
+/// assert_eq!(combine(ReduceOp::Avg), Combine::Sum);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Combine {
     Sum,

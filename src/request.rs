@@ -7,6 +7,24 @@
 //! has completed. So a buffer can neither be freed nor touched while the
 //! engine still works on it, even if a `Request` is leaked with
 //! `std::mem::forget`.
+//!
+//! ```no_run
+//! # use gpucoll::prelude::*;
+//! # let universe = gpucoll::initialize()?; let world = universe.world()?;
+//! # fn backward(layer: usize) -> Vec<f32> { vec![layer as f32; 1024] }
+//! // Start each layer's gradient average as soon as backward produced it.
+//! let grads: Vec<Vec<f32>> = (0..4).map(backward).collect();
+//! let mut avg = vec![vec![0f32; 1024]; 4];
+//! gpucoll::scope(|s| {
+//!     let reqs = grads
+//!         .iter()
+//!         .zip(avg.iter_mut())
+//!         .map(|(g, a)| world.immediate_all_reduce_into(s, g, a, ReduceOp::Avg))
+//!         .collect::<Result<Vec<_>>>()?;
+//!     reqs.into_iter().try_for_each(|r| r.wait())
+//! })?;
+//! # Ok::<(), gpucoll::Error>(())
+//! ```
 
 use crate::backend::PendingWork;
 use crate::error::Result;
@@ -17,6 +35,25 @@ use std::rc::Rc;
 type Slot = Rc<RefCell<Option<Box<dyn PendingWork>>>>;
 
 /// The region in which immediate collectives may borrow buffers for `'a`.
+///
+/// Made by [`scope`]; every `immediate_*` method takes one. Buffers
+/// borrowed by a request stay borrowed until the scope ends, so they can be
+/// read only after it:
+///
+/// ```no_run
+/// # use gpucoll::prelude::*;
+/// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+/// let (grads, mut avg) = (vec![1.0f32; 4096], vec![0.0f32; 4096]);
+/// let (step, mut last) = (vec![world.rank() as u64], vec![0u64]);
+/// gpucoll::scope(|s| {
+///     let a = world.immediate_all_reduce_into(s, &grads, &mut avg, ReduceOp::Avg)?;
+///     let b = world.immediate_all_reduce_into(s, &step, &mut last, ReduceOp::Max)?;
+///     a.wait()?;
+///     b.wait()
+/// })?;
+/// println!("{} {}", avg[0], last[0]);
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
 pub struct Scope<'a> {
     outstanding: RefCell<Vec<Slot>>,
     // Invariant in 'a, so requests cannot be moved to a scope that ends later.
@@ -75,6 +112,24 @@ impl Drop for Scope<'_> {
 }
 
 /// An immediate collective in flight.
+///
+/// Returned by the `immediate_*` methods; [`wait`](Request::wait) for it,
+/// or poll it with [`test`](Request::test) while doing other work:
+///
+/// ```no_run
+/// # use gpucoll::prelude::*;
+/// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+/// # fn compute_next_layer() {}
+/// let mut weights = vec![0.0f32; 1 << 20];
+/// gpucoll::scope(|s| {
+///     let req = world.process_at_rank(0).immediate_broadcast_into(s, &mut weights)?;
+///     while !req.test()? {
+///         compute_next_layer();
+///     }
+///     Ok::<(), gpucoll::Error>(())
+/// })?;
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
 #[must_use = "a request should be waited on or tested to see its result"]
 pub struct Request<'a> {
     slot: Slot,
@@ -109,6 +164,31 @@ impl Request<'_> {
 /// An immediate collective on raw buffers, in flight. Not tied to a scope:
 /// the unsafe call that started it made the caller responsible for the
 /// buffers until it completes. Dropping it waits for the collective.
+///
+/// Returned by [`Communicator::immediate_raw_collective`](crate::Communicator::immediate_raw_collective):
+///
+/// ```no_run
+/// use gpucoll::{Buffer, BufferMut, CollKind, ReduceOp};
+/// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+/// let send = vec![1i32; 256];
+/// let mut recv = vec![0i32; 256];
+/// // SAFETY: both vectors outlive the request, which is waited on below,
+/// // and neither is touched before that.
+/// let req = unsafe {
+///     world.immediate_raw_collective(
+///         CollKind::AllReduce,
+///         Some(send.raw()),
+///         Some(recv.raw_mut()),
+///         ReduceOp::Sum,
+///         0,
+///         false,
+///     )?
+/// };
+/// // ... work that touches neither vector ...
+/// req.wait()?;
+/// assert_eq!(recv[0], world.size() as i32);
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
 #[must_use = "a request should be waited on or tested to see its result"]
 pub struct RawRequest {
     work: Option<Box<dyn PendingWork>>,

@@ -4,6 +4,23 @@ use crate::datatype::Datatype;
 use crate::op::ReduceOp;
 
 /// The collective operations.
+///
+/// The generic entry points ([`Communicator::raw_collective`] and its
+/// immediate form) take one; drivers such as the bench parse it from a name:
+///
+/// ```
+/// use gpucoll::CollKind;
+///
+/// let kind = CollKind::parse("allreduce").expect("a collective");
+/// assert_eq!(kind, CollKind::AllReduce);
+/// assert_eq!(kind.name(), "all_reduce");
+/// assert!(kind.reduces() && !kind.rooted());
+/// assert_eq!(CollKind::parse("reduce-scatter"), Some(CollKind::ReduceScatter));
+/// let rooted: Vec<_> = CollKind::ALL.into_iter().filter(|k| k.rooted()).collect();
+/// assert_eq!(rooted.len(), 4);
+/// ```
+///
+/// [`Communicator::raw_collective`]: crate::Communicator::raw_collective
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CollKind {
     AllReduce,

@@ -129,6 +129,21 @@ impl Communicator {
 /// queues the same collectives in the same order. Errors found on the
 /// device (a peer that never arrives: `GPUCOLL_TIMEOUT`) come back from the
 /// next call or [`Communicator::async_error`].
+///
+/// ```no_run
+/// # use gpucoll::prelude::*;
+/// use cudarc::driver::CudaContext;
+/// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+/// let ctx = CudaContext::new(world.device().expect("CUDA backend") as usize).unwrap();
+/// let stream = ctx.new_stream().unwrap();
+/// let mut grads = stream.alloc_zeros::<f32>(1 << 20).unwrap();
+/// let on = world.on_stream(&stream)?;
+/// // ... kernels on `stream` write `grads` ...
+/// on.all_reduce_in_place(&mut grads, ReduceOp::Avg)?; // queued, returns at once
+/// let averaged: Vec<f32> = stream.clone_dtoh(&grads).unwrap(); // after the collective
+/// world.async_error()?;
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
 #[derive(Clone, Copy)]
 pub struct OnStream<'c, 's> {
     comm: &'c Communicator,
@@ -306,6 +321,20 @@ impl<'c, 's> OnStream<'c, 's> {
 /// A root rank for stream-ordered rooted collectives
 /// ([`OnStream::process_at_rank`]); the methods mirror
 /// [`Process`](crate::Process).
+///
+/// ```no_run
+/// # use gpucoll::prelude::*;
+/// use cudarc::driver::CudaContext;
+/// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+/// let ctx = CudaContext::new(world.device().expect("CUDA backend") as usize).unwrap();
+/// let stream = ctx.new_stream().unwrap();
+/// let mut weights = stream.clone_htod(&vec![world.rank() as f32; 4096]).unwrap();
+/// let root = world.on_stream(&stream)?.process_at_rank(0);
+/// root.broadcast_into(&mut weights)?; // every rank now holds rank 0's weights
+/// let local = stream.clone_dtoh(&weights).unwrap();
+/// assert!(local.iter().all(|&w| w == 0.0));
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
 #[derive(Clone, Copy)]
 pub struct StreamProcess<'c, 's> {
     on: OnStream<'c, 's>,

@@ -15,6 +15,24 @@ use std::marker::PhantomData;
 /// Collects the collectives of [`Communicator::group`]. Buffers are
 /// borrowed for `'a`, which outlives the whole `group` call, and the group
 /// executes before `group` returns.
+///
+/// Small collectives issued together cost about one launch:
+///
+/// ```no_run
+/// # use gpucoll::prelude::*;
+/// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+/// let mut layers = vec![vec![1.0f32; 256]; 8];
+/// let mut loss = vec![0.5f64];
+/// world.group(|g| {
+///     for layer in layers.iter_mut() {
+///         g.all_reduce_in_place(layer, ReduceOp::Avg)?;
+///     }
+///     g.all_reduce_in_place(&mut loss, ReduceOp::Sum)?;
+///     assert_eq!(g.len(), 9);
+///     Ok(())
+/// })?;
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
 pub struct Group<'a> {
     comm: Communicator,
     calls: Vec<Call>,

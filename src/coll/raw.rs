@@ -72,6 +72,27 @@
 //! device memory of the same GPU, lengths, datatype and op, the
 //! stream's context and capture state. These errors leave the communicator
 //! usable.
+//!
+//! # Example
+//!
+//! Blocking raw calls accept host memory on either backend:
+//!
+//! ```no_run
+//! # use gpucoll::prelude::*;
+//! # let universe = gpucoll::initialize()?; let world = universe.world()?;
+//! let send = vec![world.rank() as f64; 1000];
+//! let mut recv = vec![0f64; 1000];
+//! // SAFETY: both vectors hold 1000 f64, do not overlap, and outlive the
+//! // blocking call.
+//! unsafe {
+//!     world.all_reduce_raw(
+//!         send.as_ptr().cast(), recv.as_mut_ptr().cast(), 1000, Datatype::F64,
+//!         ReduceOp::Max, None,
+//!     )?;
+//! }
+//! assert_eq!(recv[0], (world.size() - 1) as f64);
+//! # Ok::<(), gpucoll::Error>(())
+//! ```
 
 use super::check::Args;
 use crate::buffer::{MemoryKind, RawBuffer};
@@ -84,6 +105,28 @@ use std::ffi::c_void;
 
 /// A caller's CUDA stream handle (`CUstream` / `cudaStream_t`); null is the
 /// legacy default stream.
+///
+/// The handle a CUDA library hands out (`CudaStream::raw`, cudarc's
+/// `cu_stream()`, a `cudaStream_t` from C) is passed as is:
+///
+/// ```no_run
+/// use gpucoll::{Communicator, CudaStreamRaw, Datatype, ReduceOp};
+///
+/// /// Queue the sum of `n` f32 gradients at `grads` (device memory of the
+/// /// communicator's GPU) on the training loop's stream.
+/// ///
+/// /// # Safety
+/// /// `grads` holds `n` f32 and stays allocated until the stream ran the call.
+/// unsafe fn sum_on_stream(
+///     comm: &Communicator,
+///     grads: *mut std::ffi::c_void,
+///     n: u64,
+///     stream: CudaStreamRaw,
+/// ) -> gpucoll::Result<()> {
+///     // SAFETY: the caller's promise; in place, so send == recv.
+///     unsafe { comm.all_reduce_raw(grads, grads, n, Datatype::F32, ReduceOp::Sum, Some(stream)) }
+/// }
+/// ```
 pub type CudaStreamRaw = *mut c_void;
 
 /// Where the memory at `addr` (of `bytes`) lives; an error for device

@@ -71,6 +71,18 @@ fn require_usable(what: &str) -> Result<()> {
 }
 
 /// Wall-clock time in seconds (`MPI_Wtime`).
+///
+/// ```no_run
+/// # use gpucoll::prelude::*;
+/// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+/// let mut x = vec![1.0f32; 1 << 24];
+/// world.barrier()?;
+/// let t0 = gpucoll::wtime();
+/// world.all_reduce_in_place(&mut x, ReduceOp::Sum)?;
+/// let secs = gpucoll::wtime() - t0;
+/// println!("all_reduce of 64 MiB: {:.3} ms", secs * 1e3);
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
 pub fn wtime() -> f64 {
     // SAFETY: MPI_Wtime takes no arguments and only reads a clock.
     unsafe { ffi::PMPI_Wtime() }

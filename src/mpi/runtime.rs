@@ -8,6 +8,19 @@ use crate::error::{Error, Result};
 use std::sync::{Arc, Mutex, Once, Weak};
 
 /// MPI thread-support levels (`MPI_THREAD_*`), in increasing order.
+///
+/// Request one with [`initialize_with_threading`](crate::initialize_with_threading);
+/// the level MPI provides may be lower, and levels compare in order:
+///
+/// ```no_run
+/// use gpucoll::Threading;
+///
+/// let universe = gpucoll::initialize_with_threading(Threading::Funneled)?;
+/// if universe.threading() < Threading::Funneled {
+///     eprintln!("MPI provides only {:?}: collectives from the main thread only", universe.threading());
+/// }
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Threading {
     /// Only one thread will execute.

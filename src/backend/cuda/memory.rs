@@ -99,6 +99,23 @@ pub fn device_memory(ordinal: i32) -> Result<(u64, u64)> {
 /// Where the memory at `addr` lives, as the CUDA driver sees it: device
 /// memory of some GPU, or host memory (anything the driver does not know,
 /// and pinned host memory). Without a CUDA driver everything is host memory.
+///
+/// E.g. to check a pointer from another library before a `*_raw` call:
+///
+/// ```
+/// use gpucoll::{memory_kind_of, MemoryKind};
+///
+/// let host = vec![0f32; 1024];
+/// assert_eq!(memory_kind_of(host.as_ptr() as u64), MemoryKind::Host);
+/// ```
+///
+/// ```no_run
+/// use gpucoll::{memory_kind_of, DeviceBuffer, MemoryKind};
+///
+/// let on_gpu = DeviceBuffer::<f32>::zeroed(0, 1024)?;
+/// assert_eq!(memory_kind_of(on_gpu.device_ptr()), MemoryKind::Device { ordinal: 0 });
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
 pub fn memory_kind_of(addr: u64) -> MemoryKind {
     if addr == 0 || !driver::available() {
         return MemoryKind::Host;
@@ -168,6 +185,21 @@ impl Drop for PinnedMem {
 ///
 /// Pass it (or a [`view`](Self::view)) to any collective of a communicator
 /// that uses the CUDA backend on the same GPU.
+///
+/// ```no_run
+/// use gpucoll::prelude::*;
+/// use gpucoll::DeviceBuffer;
+///
+/// let universe = gpucoll::initialize()?;
+/// let world = universe.world()?;
+/// let gpu = world.device().expect("CUDA backend");
+/// let mut grads = DeviceBuffer::from_host(gpu, &vec![world.rank() as f32; 1024])?;
+/// world.all_reduce_in_place(&mut grads, ReduceOp::Avg)?;
+/// let mut host = vec![0f32; grads.len()];
+/// grads.copy_to_host(&mut host)?;
+/// println!("average rank: {}", host[0]);
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
 pub struct DeviceBuffer<T: Equivalence> {
     ptr: CUdeviceptr,
     len: usize,
@@ -380,6 +412,18 @@ impl<T: Equivalence> BufferMut for DeviceBuffer<T> {
 }
 
 /// A read-only view into a [`DeviceBuffer`].
+///
+/// Made by [`DeviceBuffer::view`]: send part of a buffer without a copy.
+///
+/// ```no_run
+/// # use gpucoll::prelude::*;
+/// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+/// let params = world.alloc::<f32>(4096)?;
+/// let mut first_layer = world.alloc::<f32>(1024)?;
+/// // The sum of every rank's first 1024 parameters.
+/// world.all_reduce_into(&params.view(0..1024)?, &mut first_layer, ReduceOp::Sum)?;
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct DeviceView<'a, T: Equivalence> {
     ptr: u64,
@@ -405,6 +449,21 @@ impl<T: Equivalence> Buffer for DeviceView<'_, T> {
 }
 
 /// A writable view into a [`DeviceBuffer`].
+///
+/// Made by [`DeviceBuffer::view_mut`]: a collective on part of a buffer,
+/// e.g. one bucket of a flat gradient buffer at a time.
+///
+/// ```no_run
+/// # use gpucoll::prelude::*;
+/// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+/// let mut grads = world.alloc::<bf16>(1 << 20)?;
+/// let bucket = 1 << 18;
+/// for start in (0..grads.len()).step_by(bucket) {
+///     let mut part = grads.view_mut(start..start + bucket)?;
+///     world.all_reduce_in_place(&mut part, ReduceOp::Avg)?;
+/// }
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct DeviceViewMut<'a, T: Equivalence> {
     ptr: u64,

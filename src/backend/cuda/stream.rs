@@ -9,6 +9,30 @@ use crate::error::{Error, Result};
 use std::ffi::c_void;
 
 /// A non-blocking CUDA stream on one GPU (its primary context).
+///
+/// Queue raw collectives on it (their `stream` argument is
+/// [`raw`](Self::raw)) so that they run in order with the program's other
+/// work, without blocking the host:
+///
+/// ```no_run
+/// # use gpucoll::prelude::*;
+/// use gpucoll::CudaStream;
+/// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+/// let stream = CudaStream::new(world.device().expect("CUDA backend"))?;
+/// let mut grads = world.alloc_from(&vec![1.0f32; 1 << 20])?;
+/// // SAFETY: `grads` is device memory of the communicator's GPU, and the
+/// // stream is synchronized before it is read or dropped.
+/// unsafe {
+///     world.all_reduce_raw(
+///         grads.as_ptr(), grads.as_mut_ptr(), 1 << 20, Datatype::F32, ReduceOp::Sum,
+///         Some(stream.raw()),
+///     )?;
+/// }
+/// stream.synchronize()?;
+/// world.async_error()?;
+/// assert_eq!(grads.to_vec()?[0], world.size() as f32);
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct CudaStream {
     stream: CUstream,
@@ -94,6 +118,34 @@ impl Drop for CudaStream {
 }
 
 /// An instantiated CUDA graph captured from a [`CudaStream`].
+///
+/// Capture a step once, then replay it with one launch per iteration (the
+/// `graph_step` example is a full program):
+///
+/// ```no_run
+/// # use gpucoll::prelude::*;
+/// use gpucoll::CudaStream;
+/// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+/// let stream = CudaStream::new(world.device().expect("CUDA backend"))?;
+/// let mut grads = world.alloc::<f32>(4096)?;
+/// stream.begin_capture()?;
+/// // SAFETY: `grads` is device memory of this GPU that outlives the graph's
+/// // replays, each of which is synchronized before `grads` is touched.
+/// let captured = unsafe {
+///     world.all_reduce_raw(
+///         grads.as_ptr(), grads.as_mut_ptr(), 4096, Datatype::F32, ReduceOp::Avg,
+///         Some(stream.raw()),
+///     )
+/// };
+/// let graph = stream.end_capture()?;
+/// captured?;
+/// for step in 0..10 {
+///     grads.copy_from_host(&vec![step as f32; 4096])?;
+///     graph.launch(&stream)?;
+///     stream.synchronize()?;
+/// }
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct CudaGraph {
     graph: CUgraph,
