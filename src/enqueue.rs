@@ -281,6 +281,20 @@ impl Engine {
         })();
         drop(next);
         if let Err(e) = &result {
+            if e.is_out_of_memory() {
+                // The peers took the same sequence number and went ahead
+                // with this call; this rank's memory ran out before it
+                // could join (a staging or scratch allocation). Fail the
+                // communicator and tell them now, instead of letting them
+                // wait for GPUCOLL_TIMEOUT. The caller still gets the
+                // out-of-memory error it can match.
+                let reason = format!(
+                    "rank {} ran out of memory in collective #{first_seq}: {e}",
+                    self.topo.rank
+                );
+                self.failed.record(reason.clone());
+                self.backend.abort(&reason);
+            }
             record_fatal(&self.failed, e);
         }
         result

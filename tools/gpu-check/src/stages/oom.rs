@@ -77,8 +77,16 @@ pub(crate) fn stage_oom(world: &Communicator, log: &mut String) -> gpucoll::Resu
     let n = 16 << 20;
     let send = vec![1f32; n];
     let mut recv = vec![0f32; n];
+    let t = std::time::Instant::now();
     let staged = victim.all_reduce_into(&send[..], &mut recv[..], ReduceOp::Sum);
     let staged_ok = staged.is_ok();
+    // A rank whose staging allocation failed tells its peers at once: they
+    // must not sit out GPUCOLL_TIMEOUT.
+    let _ = writeln!(
+        log,
+        "rank {rank}: staged all_reduce under pressure returned after {:.2} s",
+        t.elapsed().as_secs_f64()
+    );
     judge(
         "all_reduce of 64 MiB host buffers with a full GPU (on a duplicate)",
         staged,
