@@ -24,6 +24,7 @@ pub(crate) mod reduce;
 pub(crate) mod shm;
 pub(crate) mod worker;
 
+use crate::backend::shared::calibrate;
 use crate::backend::shared::failure::{Failure, NodeSegments};
 use crate::backend::shared::liveness::PeerLiveness;
 use crate::backend::shared::setup::{self, agree, random_tag};
@@ -348,6 +349,16 @@ impl HostBackend {
             Vec::new()
         };
 
+        // Several nodes: the NET hop and the rail measured, not guessed.
+        let (inter, rail) = match rails.first() {
+            Some(r) => {
+                let m = calibrate::agree(&mpi, calibrate::measure(r)?)?;
+                let costs = calibrate::costs(&m, topo.nnodes());
+                tracing::info!(rank, ?m, inter = ?costs.0, rail = ?costs.1, "inter-node costs measured");
+                costs
+            }
+            None => (links::MPI_NET, links::MPI_RAIL),
+        };
         let parallel = threaded
             && channel_threads_env().unwrap_or_else(|| {
                 let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -382,11 +393,11 @@ impl HostBackend {
             slot_bytes: slot_bytes as u64,
             fifo_slots: FIFO_SLOTS as u64,
             intra: links::HOST_SHM,
-            inter: links::MPI_NET,
+            inter,
             launch_us: links::HOST_LAUNCH_US,
             direct: false,
             collnet: topo.nnodes() > 1,
-            rail: links::MPI_RAIL,
+            rail,
         };
         let worker = if threaded {
             let w = inner.clone();

@@ -6,8 +6,10 @@
 //! * [`failure`]: "first error wins" failure state and the peer abort words;
 //! * [`liveness`]: local peers whose process died (they raise no abort word);
 //! * [`validate`]: the plan validator;
-//! * [`setup`]: the communicator tag and agreement on setup stages.
+//! * [`setup`]: the communicator tag and agreement on setup stages;
+//! * [`calibrate`]: inter-node costs measured at creation.
 
+pub(crate) mod calibrate;
 pub(crate) mod failure;
 pub(crate) mod liveness;
 pub(crate) mod setup;
