@@ -13,7 +13,7 @@
 //! at once and returns a completed request.
 
 use crate::exec;
-use crate::plans;
+use crate::plans::{self, AllRanks};
 use crate::settings;
 use mpi_sys::{MPI_Comm, MPI_Datatype, MPI_Op, MPI_Request};
 use std::ffi::{c_int, c_void};
@@ -25,18 +25,19 @@ fn mutable(buffer: *const c_void) -> *mut c_void {
 
 /// Exports one collective: the blocking `$name` and, when given, the
 /// nonblocking `$iname`, each taking the parameters listed, then `comm`
-/// (then `request`). `$plan` routes both: it gets the call's name, the
-/// parameters and `comm`. The `PMPI_` calls get the same arguments, except
-/// that the buffers named in `[..]` may be staged copies.
+/// (then `request`). `plans::$plan` routes both: it gets the arguments given
+/// with it, the call's name, the parameters and `comm`. The `PMPI_` calls get
+/// the same arguments, except that the buffers named in `[..]` may be
+/// staged copies.
 macro_rules! collective {
     (
         $name:ident => $pmpi:ident, $iname:ident => $ipmpi:ident;
-        $plan:path, [$($buf:ident),+];
+        $plan:ident $(($($with:expr),+))?, [$($buf:ident),+];
         ($($param:ident: $ty:ty),+ $(,)?)
     ) => {
         collective! {
             $name => $pmpi;
-            $plan, [$($buf),+];
+            $plan $(($($with),+))?, [$($buf),+];
             ($($param: $ty),+)
         }
 
@@ -56,7 +57,7 @@ macro_rules! collective {
                     comm,
                     [$(mutable($buf)),+],
                     request,
-                    || $plan(stringify!($iname), $($param,)+ comm),
+                    || plans::$plan($($($with,)+)? stringify!($iname), $($param,)+ comm),
                     |[$($buf),+]| mpi_sys::$ipmpi($($param,)+ comm, request),
                     |[$($buf),+]| mpi_sys::$pmpi($($param,)+ comm),
                 )
@@ -65,7 +66,7 @@ macro_rules! collective {
     };
     (
         $name:ident => $pmpi:ident;
-        $plan:path, [$($buf:ident),+];
+        $plan:ident $(($($with:expr),+))?, [$($buf:ident),+];
         ($($param:ident: $ty:ty),+ $(,)?)
     ) => {
         #[doc = concat!("# Safety\nAs `", stringify!($name), "`.")]
@@ -79,7 +80,7 @@ macro_rules! collective {
                     stringify!($name),
                     comm,
                     [$(mutable($buf)),+],
-                    || $plan(stringify!($name), $($param,)+ comm),
+                    || plans::$plan($($($with,)+)? stringify!($name), $($param,)+ comm),
                     |[$($buf),+]| mpi_sys::$pmpi($($param,)+ comm),
                 )
             }
@@ -89,7 +90,7 @@ macro_rules! collective {
 
 collective! {
     MPI_Allreduce => PMPI_Allreduce, MPI_Iallreduce => PMPI_Iallreduce;
-    plans::allreduce, [sendbuf, recvbuf];
+    allreduce, [sendbuf, recvbuf];
     (
         sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype,
         op: MPI_Op,
@@ -98,7 +99,7 @@ collective! {
 
 collective! {
     MPI_Reduce => PMPI_Reduce, MPI_Ireduce => PMPI_Ireduce;
-    plans::reduce, [sendbuf, recvbuf];
+    reduce, [sendbuf, recvbuf];
     (
         sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype,
         op: MPI_Op, root: c_int,
@@ -107,13 +108,13 @@ collective! {
 
 collective! {
     MPI_Bcast => PMPI_Bcast, MPI_Ibcast => PMPI_Ibcast;
-    plans::bcast, [buffer];
+    bcast, [buffer];
     (buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int)
 }
 
 collective! {
     MPI_Allgather => PMPI_Allgather, MPI_Iallgather => PMPI_Iallgather;
-    plans::allgather, [sendbuf, recvbuf];
+    all_ranks(AllRanks::Gather), [sendbuf, recvbuf];
     (
         sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype,
         recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype,
@@ -123,7 +124,7 @@ collective! {
 collective! {
     MPI_Reduce_scatter_block => PMPI_Reduce_scatter_block,
     MPI_Ireduce_scatter_block => PMPI_Ireduce_scatter_block;
-    plans::reduce_scatter_block, [sendbuf, recvbuf];
+    reduce_scatter_block, [sendbuf, recvbuf];
     (
         sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype,
         op: MPI_Op,
@@ -132,7 +133,7 @@ collective! {
 
 collective! {
     MPI_Reduce_scatter => PMPI_Reduce_scatter;
-    plans::reduce_scatter, [sendbuf, recvbuf];
+    reduce_scatter, [sendbuf, recvbuf];
     (
         sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int,
         datatype: MPI_Datatype, op: MPI_Op,
@@ -141,7 +142,7 @@ collective! {
 
 collective! {
     MPI_Alltoall => PMPI_Alltoall, MPI_Ialltoall => PMPI_Ialltoall;
-    plans::alltoall, [sendbuf, recvbuf];
+    all_ranks(AllRanks::Exchange), [sendbuf, recvbuf];
     (
         sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype,
         recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype,
@@ -150,7 +151,7 @@ collective! {
 
 collective! {
     MPI_Gather => PMPI_Gather, MPI_Igather => PMPI_Igather;
-    plans::gather, [sendbuf, recvbuf];
+    gather, [sendbuf, recvbuf];
     (
         sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype,
         recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int,
@@ -159,7 +160,7 @@ collective! {
 
 collective! {
     MPI_Scatter => PMPI_Scatter, MPI_Iscatter => PMPI_Iscatter;
-    plans::scatter, [sendbuf, recvbuf];
+    scatter, [sendbuf, recvbuf];
     (
         sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype,
         recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int,
@@ -168,7 +169,7 @@ collective! {
 
 collective! {
     MPI_Allgatherv => PMPI_Allgatherv;
-    plans::allgatherv, [sendbuf, recvbuf];
+    allgatherv, [sendbuf, recvbuf];
     (
         sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype,
         recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int,
@@ -178,7 +179,7 @@ collective! {
 
 collective! {
     MPI_Alltoallv => PMPI_Alltoallv;
-    plans::alltoallv, [sendbuf, recvbuf];
+    alltoallv, [sendbuf, recvbuf];
     (
         sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int,
         sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int,
@@ -188,7 +189,7 @@ collective! {
 
 collective! {
     MPI_Gatherv => PMPI_Gatherv;
-    plans::gatherv, [sendbuf, recvbuf];
+    gatherv, [sendbuf, recvbuf];
     (
         sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype,
         recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int,
@@ -198,7 +199,7 @@ collective! {
 
 collective! {
     MPI_Scatterv => PMPI_Scatterv;
-    plans::scatterv, [sendbuf, recvbuf];
+    scatterv, [sendbuf, recvbuf];
     (
         sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int,
         sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int,

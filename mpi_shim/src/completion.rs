@@ -44,73 +44,36 @@ pub unsafe extern "C" fn MPI_Test(
     unsafe { mpi_sys::PMPI_Test(request, flag, status) }
 }
 
-/// # Safety
-/// As `MPI_Waitall`.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Waitall(
-    count: c_int,
-    requests: *mut MPI_Request,
-    statuses: *mut MPI_Status,
-) -> c_int {
-    if watching() {
-        // SAFETY: MPI's contract: `count` readable handles.
-        unsafe { requests::progress_all(count, requests, true) };
-    }
-    // SAFETY: forwarded unchanged.
-    unsafe { mpi_sys::PMPI_Waitall(count, requests, statuses) }
+/// Exports completion calls on an array of requests that pass it to `PMPI_`
+/// unchanged once the shim's requests in it are progressed (`$wait`: waiting
+/// for their GPU work): each takes `count` and `requests`, then the
+/// parameters listed.
+macro_rules! progress_then_pmpi {
+    ($($name:ident => $pmpi:ident, wait: $wait:literal, ($($param:ident: $ty:ty),+);)+) => {$(
+        #[doc = concat!("# Safety\nAs `", stringify!($name), "`.")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            count: c_int,
+            requests: *mut MPI_Request,
+            $($param: $ty),+
+        ) -> c_int {
+            if watching() {
+                // SAFETY: MPI's contract: `count` readable handles.
+                unsafe { requests::progress_all(count, requests, $wait) };
+            }
+            // SAFETY: forwarded unchanged.
+            unsafe { mpi_sys::$pmpi(count, requests, $($param),+) }
+        }
+    )+};
 }
 
-/// # Safety
-/// As `MPI_Testall`.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Testall(
-    count: c_int,
-    requests: *mut MPI_Request,
-    flag: *mut c_int,
-    statuses: *mut MPI_Status,
-) -> c_int {
-    if watching() {
-        // SAFETY: MPI's contract: `count` readable handles.
-        unsafe { requests::progress_all(count, requests, false) };
-    }
-    // SAFETY: forwarded unchanged.
-    unsafe { mpi_sys::PMPI_Testall(count, requests, flag, statuses) }
-}
-
-/// # Safety
-/// As `MPI_Testany`.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Testany(
-    count: c_int,
-    requests: *mut MPI_Request,
-    index: *mut c_int,
-    flag: *mut c_int,
-    status: *mut MPI_Status,
-) -> c_int {
-    if watching() {
-        // SAFETY: MPI's contract: `count` readable handles.
-        unsafe { requests::progress_all(count, requests, false) };
-    }
-    // SAFETY: forwarded unchanged.
-    unsafe { mpi_sys::PMPI_Testany(count, requests, index, flag, status) }
-}
-
-/// # Safety
-/// As `MPI_Testsome`.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Testsome(
-    incount: c_int,
-    requests: *mut MPI_Request,
-    outcount: *mut c_int,
-    indices: *mut c_int,
-    statuses: *mut MPI_Status,
-) -> c_int {
-    if watching() {
-        // SAFETY: MPI's contract: `incount` readable handles.
-        unsafe { requests::progress_all(incount, requests, false) };
-    }
-    // SAFETY: forwarded unchanged.
-    unsafe { mpi_sys::PMPI_Testsome(incount, requests, outcount, indices, statuses) }
+progress_then_pmpi! {
+    MPI_Waitall => PMPI_Waitall, wait: true, (statuses: *mut MPI_Status);
+    MPI_Testall => PMPI_Testall, wait: false, (flag: *mut c_int, statuses: *mut MPI_Status);
+    MPI_Testany => PMPI_Testany, wait: false,
+        (index: *mut c_int, flag: *mut c_int, status: *mut MPI_Status);
+    MPI_Testsome => PMPI_Testsome, wait: false,
+        (outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status);
 }
 
 /// # Safety

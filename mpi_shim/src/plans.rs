@@ -114,6 +114,26 @@ pub fn rank_size(comm: MPI_Comm) -> Option<(c_int, c_int)> {
     ok.then_some((rank, size))
 }
 
+/// What a rank of a rooted collective knows of its part.
+struct Rooted {
+    size: c_int,
+    is_root: bool,
+    /// The root passed `MPI_IN_PLACE` for its own block.
+    in_place: bool,
+}
+
+/// The part of this rank in a collective rooted at `root` whose root's own
+/// block is `own_buffer` (`None` if MPI rejects `comm`).
+fn rooted(comm: MPI_Comm, root: c_int, own_buffer: *const c_void) -> Option<Rooted> {
+    let (rank, size) = rank_size(comm)?;
+    let is_root = rank == root;
+    Some(Rooted {
+        size,
+        is_root,
+        in_place: is_root && is_in_place(own_buffer),
+    })
+}
+
 /// The size of `comm` for staging spans (0 if MPI rejects it).
 fn comm_size(comm: MPI_Comm) -> c_int {
     rank_size(comm).map_or(0, |(_, s)| s)
@@ -241,10 +261,19 @@ fn sides(
     }
 }
 
-/// All_gather and all_to_all, which differ in the gpucoll call and in the
-/// send side's blocks (`send_blocks`: one, or one per rank).
+/// The collectives in which every rank receives a block from every rank.
+#[derive(Clone, Copy)]
+pub enum AllRanks {
+    /// `MPI_Allgather`: one block sent, the same to every rank.
+    Gather,
+    /// `MPI_Alltoall`: one block sent to each rank.
+    Exchange,
+}
+
+/// `MPI_Allgather` and `MPI_Alltoall` (after `kind`, their C arguments).
 #[allow(clippy::too_many_arguments)]
-fn all_to_all_ranks(
+pub fn all_ranks(
+    kind: AllRanks,
     call: &'static str,
     send: *const c_void,
     scount: c_int,
@@ -253,8 +282,6 @@ fn all_to_all_ranks(
     rcount: c_int,
     rtype: MPI_Datatype,
     comm: MPI_Comm,
-    send_blocks: impl FnOnce(c_int) -> c_int,
-    coll: impl FnOnce(*const c_void, *mut c_void) -> Coll,
 ) -> Plan<2> {
     let in_place = is_in_place(send);
     let (count, dt, same) = sides(in_place, scount, stype, rcount, rtype);
@@ -265,65 +292,24 @@ fn all_to_all_ranks(
     };
     plan(
         &f,
-        || Some((coll(send_or_recv(send, recv), recv), count)),
+        || {
+            let send = send_or_recv(send, recv);
+            let coll = match kind {
+                AllRanks::Gather => Coll::AllGather { send, recv },
+                AllRanks::Exchange => Coll::AllToAll { send, recv },
+            };
+            Some((coll, count))
+        },
         || {
             let size = comm_size(comm);
-            let ss = span_if(!in_place, times(scount, send_blocks(size)), stype)?;
+            let send_blocks = match kind {
+                AllRanks::Gather => 1,
+                AllRanks::Exchange => size,
+            };
+            let ss = span_if(!in_place, times(scount, send_blocks), stype)?;
             let rs = staging::span(times(rcount, size), rtype)?;
             Ok(send_recv(send, ss, recv, rs, in_place))
         },
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-pub fn allgather(
-    call: &'static str,
-    send: *const c_void,
-    scount: c_int,
-    stype: MPI_Datatype,
-    recv: *mut c_void,
-    rcount: c_int,
-    rtype: MPI_Datatype,
-    comm: MPI_Comm,
-) -> Plan<2> {
-    let gather = |send, recv| Coll::AllGather { send, recv };
-    all_to_all_ranks(
-        call,
-        send,
-        scount,
-        stype,
-        recv,
-        rcount,
-        rtype,
-        comm,
-        |_| 1,
-        gather,
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-pub fn alltoall(
-    call: &'static str,
-    send: *const c_void,
-    scount: c_int,
-    stype: MPI_Datatype,
-    recv: *mut c_void,
-    rcount: c_int,
-    rtype: MPI_Datatype,
-    comm: MPI_Comm,
-) -> Plan<2> {
-    let exchange = |send, recv| Coll::AllToAll { send, recv };
-    all_to_all_ranks(
-        call,
-        send,
-        scount,
-        stype,
-        recv,
-        rcount,
-        rtype,
-        comm,
-        |n| n,
-        exchange,
     )
 }
 
@@ -422,11 +408,14 @@ pub fn gather(
     root: c_int,
     comm: MPI_Comm,
 ) -> Plan<2> {
-    let Some((rank, size)) = rank_size(comm) else {
+    let Some(Rooted {
+        size,
+        is_root,
+        in_place,
+    }) = rooted(comm, root, send)
+    else {
         return Plan::Pmpi;
     };
-    let is_root = rank == root;
-    let in_place = is_root && is_in_place(send);
     let (count, dt, same) = if is_root {
         sides(in_place, scount, stype, rcount, rtype)
     } else {
@@ -464,11 +453,14 @@ pub fn scatter(
     root: c_int,
     comm: MPI_Comm,
 ) -> Plan<2> {
-    let Some((rank, size)) = rank_size(comm) else {
+    let Some(Rooted {
+        size,
+        is_root,
+        in_place,
+    }) = rooted(comm, root, recv)
+    else {
         return Plan::Pmpi;
     };
-    let is_root = rank == root;
-    let in_place = is_root && is_in_place(recv);
     let (count, dt, same) = if in_place {
         (scount, stype, true)
     } else if is_root {

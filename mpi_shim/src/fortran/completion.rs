@@ -119,23 +119,146 @@ fn fortran_index(index: c_int) -> Fint {
     }
 }
 
+/// Where a call reports whether it completed: `MPI_TEST*` into the Fortran
+/// `FLAG`; `MPI_WAIT*` (`None`) has no flag, its call completes.
+type Flag = Option<*mut Fint>;
+
+/// Stores the C flag into `flag` (a test) and says whether the call
+/// completed, so that statuses are stored.
+///
+/// # Safety
+/// `flag`, if given, points to a writable `LOGICAL`.
+unsafe fn completed(flag: Flag, c_flag: c_int) -> bool {
+    if let Some(flag) = flag {
+        // SAFETY: per the function's contract.
+        unsafe { *flag = logical(c_flag) };
+    }
+    c_flag != 0
+}
+
+/// The shared body of `MPI_WAIT` and `MPI_TEST` (`c_call` gets the C
+/// request, flag and status).
+///
+/// # Safety
+/// Fortran arguments of either function: request, flag and status by
+/// reference; `ierror` null or an `INTEGER`.
+unsafe fn one(
+    c_call: impl FnOnce(*mut ffi::MPI_Request, *mut c_int, *mut ffi::MPI_Status) -> c_int,
+    request: *mut Fint,
+    flag: Flag,
+    status: *mut Fint,
+    ierror: *mut Fint,
+) {
+    // SAFETY: per the function's contract.
+    unsafe {
+        let Some(mut c_request) = request_f2c(*request) else {
+            return set_ierror(ierror, invalid_request());
+        };
+        // A wait leaves the flag set: it returns once the request completed.
+        let mut c_flag = 1;
+        let mut c_status = empty_status();
+        let code = c_call(
+            &mut c_request,
+            &mut c_flag,
+            status_target(status, &mut c_status),
+        );
+        *request = request_c2f(c_request);
+        if completed(flag, c_flag) {
+            store_status(&c_status, status);
+        }
+        set_ierror(ierror, code);
+    }
+}
+
+/// The shared body of `MPI_WAITALL` and `MPI_TESTALL` (`c_call` gets the
+/// count, the C requests, the flag and the statuses).
+///
+/// # Safety
+/// Fortran arguments of either function: count (and flag) by reference,
+/// arrays of `count` requests and statuses (or `MPI_STATUSES_IGNORE`).
+unsafe fn all(
+    c_call: impl FnOnce(c_int, *mut ffi::MPI_Request, *mut c_int, *mut ffi::MPI_Status) -> c_int,
+    count: *const Fint,
+    requests: *mut Fint,
+    flag: Flag,
+    statuses: *mut Fint,
+    ierror: *mut Fint,
+) {
+    // SAFETY: per the function's contract.
+    unsafe {
+        let mut c_requests = match Requests::new(count, requests) {
+            Ok(c_requests) => c_requests,
+            Err(code) => return set_ierror(ierror, code),
+        };
+        let mut c_statuses = Statuses::new(statuses, c_requests.c.len());
+        let mut c_flag = 1;
+        let code = c_call(
+            c_requests.count(),
+            c_requests.c.as_mut_ptr(),
+            &mut c_flag,
+            c_statuses.as_c(),
+        );
+        c_requests.write_back();
+        if completed(flag, c_flag) {
+            c_statuses.store(c_requests.c.len());
+        }
+        set_ierror(ierror, code);
+    }
+}
+
+/// The shared body of `MPI_WAITANY` and `MPI_TESTANY` (`c_call` gets the
+/// count, the C requests, the index, the flag and the status).
+///
+/// # Safety
+/// Fortran arguments of either function: count, index (flag) and status by
+/// reference and an array of `count` requests.
+unsafe fn any(
+    c_call: impl FnOnce(
+        c_int,
+        *mut ffi::MPI_Request,
+        *mut c_int,
+        *mut c_int,
+        *mut ffi::MPI_Status,
+    ) -> c_int,
+    count: *const Fint,
+    requests: *mut Fint,
+    index: *mut Fint,
+    flag: Flag,
+    status: *mut Fint,
+    ierror: *mut Fint,
+) {
+    // SAFETY: per the function's contract.
+    unsafe {
+        let mut c_requests = match Requests::new(count, requests) {
+            Ok(c_requests) => c_requests,
+            Err(code) => return set_ierror(ierror, code),
+        };
+        let mut c_index = ffi::MPI_UNDEFINED;
+        let mut c_flag = 1;
+        let mut c_status = empty_status();
+        let code = c_call(
+            c_requests.count(),
+            c_requests.c.as_mut_ptr(),
+            &mut c_index,
+            &mut c_flag,
+            status_target(status, &mut c_status),
+        );
+        c_requests.write_back();
+        *index = fortran_index(c_index);
+        if completed(flag, c_flag) {
+            store_status(&c_status, status);
+        }
+        set_ierror(ierror, code);
+    }
+}
+
 fortran_binding! {
     /// `MPI_WAIT(REQUEST, STATUS, IERROR)`.
     fn wait(request: *mut Fint, status: *mut Fint, ierror: *mut Fint)
         as "MPI_WAIT", "mpi_wait", "MPI_Wait"
     {
-        // SAFETY: Fortran passes request and status by reference; ierror is null or an
-        // INTEGER.
-        unsafe {
-            let Some(mut c_request) = request_f2c(*request) else {
-                return set_ierror(ierror, invalid_request());
-            };
-            let mut c_status = empty_status();
-            let code = ffi::MPI_Wait(&mut c_request, status_target(status, &mut c_status));
-            *request = request_c2f(c_request);
-            store_status(&c_status, status);
-            set_ierror(ierror, code);
-        }
+        // SAFETY: the Fortran arguments of MPI_WAIT, as `one` requires.
+        unsafe { one(|r, _, s| ffi::MPI_Wait(r, s), request, None, status, ierror) }
     }
 }
 
@@ -144,23 +267,8 @@ fortran_binding! {
     fn test(request: *mut Fint, flag: *mut Fint, status: *mut Fint, ierror: *mut Fint)
         as "MPI_TEST", "mpi_test", "MPI_Test"
     {
-        // SAFETY: Fortran passes request, flag and status by reference; ierror is null
-        // or an INTEGER.
-        unsafe {
-            let Some(mut c_request) = request_f2c(*request) else {
-                return set_ierror(ierror, invalid_request());
-            };
-            let mut c_flag = 0;
-            let mut c_status = empty_status();
-            let code =
-                ffi::MPI_Test(&mut c_request, &mut c_flag, status_target(status, &mut c_status));
-            *request = request_c2f(c_request);
-            *flag = logical(c_flag);
-            if c_flag != 0 {
-                store_status(&c_status, status);
-            }
-            set_ierror(ierror, code);
-        }
+        // SAFETY: the Fortran arguments of MPI_TEST, as `one` requires.
+        unsafe { one(|r, f, s| ffi::MPI_Test(r, f, s), request, Some(flag), status, ierror) }
     }
 }
 
@@ -169,21 +277,10 @@ fortran_binding! {
     fn waitall(count: *const Fint, requests: *mut Fint, statuses: *mut Fint, ierror: *mut Fint)
         as "MPI_WAITALL", "mpi_waitall", "MPI_Waitall"
     {
-        // SAFETY: Fortran passes count by reference and arrays of `count` entries.
+        // SAFETY: the Fortran arguments of MPI_WAITALL, as `all` requires.
         unsafe {
-            let mut c_requests = match Requests::new(count, requests) {
-                Ok(c_requests) => c_requests,
-                Err(code) => return set_ierror(ierror, code),
-            };
-            let mut c_statuses = Statuses::new(statuses, c_requests.c.len());
-            let code = ffi::MPI_Waitall(
-                c_requests.count(),
-                c_requests.c.as_mut_ptr(),
-                c_statuses.as_c(),
-            );
-            c_requests.write_back();
-            c_statuses.store(c_requests.c.len());
-            set_ierror(ierror, code);
+            let waitall = |n, r, _, s| ffi::MPI_Waitall(n, r, s);
+            all(waitall, count, requests, None, statuses, ierror)
         }
     }
 }
@@ -197,27 +294,10 @@ fortran_binding! {
         statuses: *mut Fint,
         ierror: *mut Fint,
     ) as "MPI_TESTALL", "mpi_testall", "MPI_Testall" {
-        // SAFETY: Fortran passes count and flag by reference and arrays of `count`
-        // entries.
+        // SAFETY: the Fortran arguments of MPI_TESTALL, as `all` requires.
         unsafe {
-            let mut c_requests = match Requests::new(count, requests) {
-                Ok(c_requests) => c_requests,
-                Err(code) => return set_ierror(ierror, code),
-            };
-            let mut c_statuses = Statuses::new(statuses, c_requests.c.len());
-            let mut c_flag = 0;
-            let code = ffi::MPI_Testall(
-                c_requests.count(),
-                c_requests.c.as_mut_ptr(),
-                &mut c_flag,
-                c_statuses.as_c(),
-            );
-            c_requests.write_back();
-            *flag = logical(c_flag);
-            if c_flag != 0 {
-                c_statuses.store(c_requests.c.len());
-            }
-            set_ierror(ierror, code);
+            let testall = |n, r, f, s| ffi::MPI_Testall(n, r, f, s);
+            all(testall, count, requests, Some(flag), statuses, ierror)
         }
     }
 }
@@ -231,25 +311,10 @@ fortran_binding! {
         status: *mut Fint,
         ierror: *mut Fint,
     ) as "MPI_WAITANY", "mpi_waitany", "MPI_Waitany" {
-        // SAFETY: Fortran passes count, index and status by reference and an array of
-        // `count` requests.
+        // SAFETY: the Fortran arguments of MPI_WAITANY, as `any` requires.
         unsafe {
-            let mut c_requests = match Requests::new(count, requests) {
-                Ok(c_requests) => c_requests,
-                Err(code) => return set_ierror(ierror, code),
-            };
-            let mut c_index = ffi::MPI_UNDEFINED;
-            let mut c_status = empty_status();
-            let code = ffi::MPI_Waitany(
-                c_requests.count(),
-                c_requests.c.as_mut_ptr(),
-                &mut c_index,
-                status_target(status, &mut c_status),
-            );
-            c_requests.write_back();
-            *index = fortran_index(c_index);
-            store_status(&c_status, status);
-            set_ierror(ierror, code);
+            let waitany = |n, r, i, _, s| ffi::MPI_Waitany(n, r, i, s);
+            any(waitany, count, requests, index, None, status, ierror)
         }
     }
 }
@@ -264,30 +329,10 @@ fortran_binding! {
         status: *mut Fint,
         ierror: *mut Fint,
     ) as "MPI_TESTANY", "mpi_testany", "MPI_Testany" {
-        // SAFETY: Fortran passes count, index, flag and status by reference and an
-        // array of `count` requests.
+        // SAFETY: the Fortran arguments of MPI_TESTANY, as `any` requires.
         unsafe {
-            let mut c_requests = match Requests::new(count, requests) {
-                Ok(c_requests) => c_requests,
-                Err(code) => return set_ierror(ierror, code),
-            };
-            let mut c_index = ffi::MPI_UNDEFINED;
-            let mut c_flag = 0;
-            let mut c_status = empty_status();
-            let code = ffi::MPI_Testany(
-                c_requests.count(),
-                c_requests.c.as_mut_ptr(),
-                &mut c_index,
-                &mut c_flag,
-                status_target(status, &mut c_status),
-            );
-            c_requests.write_back();
-            *index = fortran_index(c_index);
-            *flag = logical(c_flag);
-            if c_flag != 0 {
-                store_status(&c_status, status);
-            }
-            set_ierror(ierror, code);
+            let testany = |n, r, i, f, s| ffi::MPI_Testany(n, r, i, f, s);
+            any(testany, count, requests, index, Some(flag), status, ierror)
         }
     }
 }

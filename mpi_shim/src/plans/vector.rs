@@ -8,7 +8,7 @@
 //! The count and displacement arrays hold one entry per rank wherever MPI
 //! reads them (MPI's contract).
 
-use super::{facts, plan, rank_size, send_recv, span_if, Plan};
+use super::{facts, plan, rank_size, rooted, send_recv, span_if, Plan, Rooted};
 use crate::handles::is_in_place;
 use crate::native::{send_or_recv, Coll};
 use crate::route::Facts;
@@ -149,11 +149,14 @@ pub unsafe fn gatherv(
     root: c_int,
     comm: MPI_Comm,
 ) -> Plan<2> {
-    let Some((rank, size)) = rank_size(comm) else {
+    let Some(Rooted {
+        size,
+        is_root,
+        in_place,
+    }) = rooted(comm, root, send)
+    else {
         return Plan::Pmpi;
     };
-    let is_root = rank == root;
-    let in_place = is_root && is_in_place(send);
     let buffers = [send, if is_root { recv } else { std::ptr::null_mut() }];
     let f = Facts {
         root: Some(root),
@@ -185,11 +188,14 @@ pub unsafe fn scatterv(
     root: c_int,
     comm: MPI_Comm,
 ) -> Plan<2> {
-    let Some((rank, size)) = rank_size(comm) else {
+    let Some(Rooted {
+        size,
+        is_root,
+        in_place,
+    }) = rooted(comm, root, recv)
+    else {
         return Plan::Pmpi;
     };
-    let is_root = rank == root;
-    let in_place = is_root && is_in_place(recv);
     let buffers = [if is_root { send } else { std::ptr::null() }, recv];
     let f = Facts {
         root: Some(root),
