@@ -114,24 +114,13 @@ pub fn rank_size(comm: MPI_Comm) -> Option<(c_int, c_int)> {
     ok.then_some((rank, size))
 }
 
-/// What a rank of a rooted collective knows of its part.
-struct Rooted {
-    size: c_int,
-    is_root: bool,
-    /// The root passed `MPI_IN_PLACE` for its own block.
-    in_place: bool,
-}
-
-/// The part of this rank in a collective rooted at `root` whose root's own
-/// block is `own_buffer` (`None` if MPI rejects `comm`).
-fn rooted(comm: MPI_Comm, root: c_int, own_buffer: *const c_void) -> Option<Rooted> {
+/// This rank's part in a collective rooted at `root` whose root's own block
+/// is `own_buffer`: `(size of comm, is root, the root's block in place)`;
+/// `None` if MPI rejects `comm`.
+fn rooted(comm: MPI_Comm, root: c_int, own_buffer: *const c_void) -> Option<(c_int, bool, bool)> {
     let (rank, size) = rank_size(comm)?;
     let is_root = rank == root;
-    Some(Rooted {
-        size,
-        is_root,
-        in_place: is_root && is_in_place(own_buffer),
-    })
+    Some((size, is_root, is_root && is_in_place(own_buffer)))
 }
 
 /// The size of `comm` for staging spans (0 if MPI rejects it).
@@ -408,12 +397,7 @@ pub fn gather(
     root: c_int,
     comm: MPI_Comm,
 ) -> Plan<2> {
-    let Some(Rooted {
-        size,
-        is_root,
-        in_place,
-    }) = rooted(comm, root, send)
-    else {
+    let Some((size, is_root, in_place)) = rooted(comm, root, send) else {
         return Plan::Pmpi;
     };
     let (count, dt, same) = if is_root {
@@ -453,12 +437,7 @@ pub fn scatter(
     root: c_int,
     comm: MPI_Comm,
 ) -> Plan<2> {
-    let Some(Rooted {
-        size,
-        is_root,
-        in_place,
-    }) = rooted(comm, root, recv)
-    else {
+    let Some((size, is_root, in_place)) = rooted(comm, root, recv) else {
         return Plan::Pmpi;
     };
     let (count, dt, same) = if in_place {

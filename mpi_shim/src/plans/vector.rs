@@ -8,11 +8,11 @@
 //! The count and displacement arrays hold one entry per rank wherever MPI
 //! reads them (MPI's contract).
 
-use super::{facts, plan, rank_size, rooted, send_recv, span_if, Plan, Rooted};
+use super::{facts, plan, rank_size, rooted, send_recv, span_if, Plan};
 use crate::handles::is_in_place;
 use crate::native::{send_or_recv, Coll};
 use crate::route::Facts;
-use crate::staging::{self, Span};
+use crate::staging::{self, Region, Span};
 use mpi_sys::{MPI_Comm, MPI_Datatype};
 use std::ffi::{c_int, c_void};
 
@@ -43,6 +43,24 @@ unsafe fn span_v_if(
     }
     // SAFETY: per the contract.
     unsafe { staging::span_v(counts, displs, size.max(0) as usize, dt) }
+}
+
+/// The plan of a v-form gpucoll has no form of: `PMPI_` for host memory,
+/// staged for device memory (with `count` and `root`, MPI judges bad ones).
+fn staged_only(
+    call: &'static str,
+    comm: MPI_Comm,
+    buffers: [*const c_void; 2],
+    count: i64,
+    root: Option<c_int>,
+    regions: impl FnOnce() -> Result<[Region; 2], c_int>,
+) -> Plan<2> {
+    let f = Facts {
+        root,
+        same_shape: false,
+        ..facts(call, comm, &buffers, count, None)
+    };
+    plan(&f, || None, regions)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -116,24 +134,16 @@ pub unsafe fn alltoallv(
     };
     let in_place = is_in_place(send);
     let buffers = [send, recv.cast_const()];
-    let f = Facts {
-        same_shape: false,
-        ..facts(call, comm, &buffers, 0, None)
-    };
-    plan(
-        &f,
-        || None,
-        || {
-            // SAFETY: one count and displacement per rank in each array used.
-            let (ss, rs) = unsafe {
-                (
-                    span_v_if(!in_place, scounts, sdispls, size, stype)?,
-                    span_v_if(true, rcounts, rdispls, size, rtype)?,
-                )
-            };
-            Ok(send_recv(send, ss, recv, rs, in_place))
-        },
-    )
+    staged_only(call, comm, buffers, 0, None, || {
+        // SAFETY: one count and displacement per rank in each array used.
+        let (ss, rs) = unsafe {
+            (
+                span_v_if(!in_place, scounts, sdispls, size, stype)?,
+                span_v_if(true, rcounts, rdispls, size, rtype)?,
+            )
+        };
+        Ok(send_recv(send, ss, recv, rs, in_place))
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -149,30 +159,16 @@ pub unsafe fn gatherv(
     root: c_int,
     comm: MPI_Comm,
 ) -> Plan<2> {
-    let Some(Rooted {
-        size,
-        is_root,
-        in_place,
-    }) = rooted(comm, root, send)
-    else {
+    let Some((size, is_root, in_place)) = rooted(comm, root, send) else {
         return Plan::Pmpi;
     };
     let buffers = [send, if is_root { recv } else { std::ptr::null_mut() }];
-    let f = Facts {
-        root: Some(root),
-        same_shape: false,
-        ..facts(call, comm, &buffers, scount.into(), None)
-    };
-    plan(
-        &f,
-        || None,
-        || {
-            let ss = span_if(!in_place, scount.into(), stype)?;
-            // SAFETY: at the root, one count and displacement per rank.
-            let rs = unsafe { span_v_if(is_root, rcounts, displs, size, rtype)? };
-            Ok(send_recv(send, ss, recv, rs, in_place))
-        },
-    )
+    staged_only(call, comm, buffers, scount.into(), Some(root), || {
+        let ss = span_if(!in_place, scount.into(), stype)?;
+        // SAFETY: at the root, one count and displacement per rank.
+        let rs = unsafe { span_v_if(is_root, rcounts, displs, size, rtype)? };
+        Ok(send_recv(send, ss, recv, rs, in_place))
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -188,28 +184,14 @@ pub unsafe fn scatterv(
     root: c_int,
     comm: MPI_Comm,
 ) -> Plan<2> {
-    let Some(Rooted {
-        size,
-        is_root,
-        in_place,
-    }) = rooted(comm, root, recv)
-    else {
+    let Some((size, is_root, in_place)) = rooted(comm, root, recv) else {
         return Plan::Pmpi;
     };
     let buffers = [if is_root { send } else { std::ptr::null() }, recv];
-    let f = Facts {
-        root: Some(root),
-        same_shape: false,
-        ..facts(call, comm, &buffers, rcount.into(), None)
-    };
-    plan(
-        &f,
-        || None,
-        || {
-            // SAFETY: at the root, one count and displacement per rank.
-            let ss = unsafe { span_v_if(is_root, scounts, displs, size, stype)? };
-            let rs = span_if(!in_place, rcount.into(), rtype)?;
-            Ok(send_recv(send, ss, recv, rs, false))
-        },
-    )
+    staged_only(call, comm, buffers, rcount.into(), Some(root), || {
+        // SAFETY: at the root, one count and displacement per rank.
+        let ss = unsafe { span_v_if(is_root, scounts, displs, size, stype)? };
+        let rs = span_if(!in_place, rcount.into(), rtype)?;
+        Ok(send_recv(send, ss, recv, rs, false))
+    })
 }
