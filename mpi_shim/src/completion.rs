@@ -76,6 +76,33 @@ progress_then_pmpi! {
         (outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status);
 }
 
+/// `MPI_Waitany` and `MPI_Waitsome`: with shim requests in the array, poll
+/// `test` (the `PMPI_Test*` form: `Some(code)` once done) and progress the
+/// shim's requests in turn, so that either kind may complete first;
+/// otherwise `wait` (the `PMPI_` call) as it is.
+///
+/// # Safety
+/// `requests` holds `count` readable handles (MPI's contract).
+unsafe fn wait_polling(
+    count: c_int,
+    requests: *mut MPI_Request,
+    wait: impl FnOnce() -> c_int,
+    mut test: impl FnMut() -> Option<c_int>,
+) -> c_int {
+    // SAFETY: per the function's contract.
+    if !watching() || !unsafe { requests::progress_all(count, requests, false) } {
+        return wait();
+    }
+    loop {
+        if let Some(code) = test() {
+            return code;
+        }
+        std::thread::yield_now();
+        // SAFETY: as above.
+        unsafe { requests::progress_all(count, requests, false) };
+    }
+}
+
 /// # Safety
 /// As `MPI_Waitany`.
 #[no_mangle]
@@ -85,21 +112,18 @@ pub unsafe extern "C" fn MPI_Waitany(
     index: *mut c_int,
     status: *mut MPI_Status,
 ) -> c_int {
-    // SAFETY: MPI's contract: `count` readable handles.
-    if !watching() || !unsafe { requests::progress_all(count, requests, false) } {
-        // SAFETY: forwarded unchanged.
-        return unsafe { mpi_sys::PMPI_Waitany(count, requests, index, status) };
-    }
     let mut flag: c_int = 0;
-    loop {
-        // SAFETY: forwarded unchanged; `flag` is a valid out-pointer.
-        let rc = unsafe { mpi_sys::PMPI_Testany(count, requests, index, &mut flag, status) };
-        if rc != 0 || flag != 0 {
-            return rc;
-        }
-        std::thread::yield_now();
-        // SAFETY: as above.
-        unsafe { requests::progress_all(count, requests, false) };
+    // SAFETY: forwarded unchanged (`flag` a valid out-pointer): MPI's contract.
+    unsafe {
+        wait_polling(
+            count,
+            requests,
+            || mpi_sys::PMPI_Waitany(count, requests, index, status),
+            || {
+                let rc = mpi_sys::PMPI_Testany(count, requests, index, &mut flag, status);
+                (rc != 0 || flag != 0).then_some(rc)
+            },
+        )
     }
 }
 
@@ -113,21 +137,18 @@ pub unsafe extern "C" fn MPI_Waitsome(
     indices: *mut c_int,
     statuses: *mut MPI_Status,
 ) -> c_int {
-    // SAFETY: MPI's contract: `incount` readable handles.
-    if !watching() || !unsafe { requests::progress_all(incount, requests, false) } {
-        // SAFETY: forwarded unchanged.
-        return unsafe { mpi_sys::PMPI_Waitsome(incount, requests, outcount, indices, statuses) };
-    }
-    loop {
-        // SAFETY: forwarded unchanged.
-        let rc = unsafe { mpi_sys::PMPI_Testsome(incount, requests, outcount, indices, statuses) };
-        // SAFETY: MPI wrote `outcount` (a count, or MPI_UNDEFINED).
-        if rc != 0 || outcount.is_null() || unsafe { *outcount } != 0 {
-            return rc;
-        }
-        std::thread::yield_now();
-        // SAFETY: as above.
-        unsafe { requests::progress_all(incount, requests, false) };
+    // SAFETY: forwarded unchanged; MPI wrote `outcount` (a count, or
+    // MPI_UNDEFINED) when it is read: MPI's contract.
+    unsafe {
+        wait_polling(
+            incount,
+            requests,
+            || mpi_sys::PMPI_Waitsome(incount, requests, outcount, indices, statuses),
+            || {
+                let rc = mpi_sys::PMPI_Testsome(incount, requests, outcount, indices, statuses);
+                (rc != 0 || outcount.is_null() || *outcount != 0).then_some(rc)
+            },
+        )
     }
 }
 
