@@ -44,73 +44,63 @@ pub unsafe extern "C" fn MPI_Test(
     unsafe { mpi_sys::PMPI_Test(request, flag, status) }
 }
 
-/// # Safety
-/// As `MPI_Waitall`.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Waitall(
-    count: c_int,
-    requests: *mut MPI_Request,
-    statuses: *mut MPI_Status,
-) -> c_int {
-    if watching() {
-        // SAFETY: MPI's contract: `count` readable handles.
-        unsafe { requests::progress_all(count, requests, true) };
-    }
-    // SAFETY: forwarded unchanged.
-    unsafe { mpi_sys::PMPI_Waitall(count, requests, statuses) }
+/// Exports completion calls on an array of requests that pass it to `PMPI_`
+/// unchanged once the shim's requests in it are progressed (`$wait`: waiting
+/// for their GPU work): each takes `count` and `requests`, then the
+/// parameters listed.
+macro_rules! progress_then_pmpi {
+    ($($name:ident => $pmpi:ident, wait: $wait:literal, ($($param:ident: $ty:ty),+);)+) => {$(
+        #[doc = concat!("# Safety\nAs `", stringify!($name), "`.")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            count: c_int,
+            requests: *mut MPI_Request,
+            $($param: $ty),+
+        ) -> c_int {
+            if watching() {
+                // SAFETY: MPI's contract: `count` readable handles.
+                unsafe { requests::progress_all(count, requests, $wait) };
+            }
+            // SAFETY: forwarded unchanged.
+            unsafe { mpi_sys::$pmpi(count, requests, $($param),+) }
+        }
+    )+};
 }
 
+progress_then_pmpi! {
+    MPI_Waitall => PMPI_Waitall, wait: true, (statuses: *mut MPI_Status);
+    MPI_Testall => PMPI_Testall, wait: false, (flag: *mut c_int, statuses: *mut MPI_Status);
+    MPI_Testany => PMPI_Testany, wait: false,
+        (index: *mut c_int, flag: *mut c_int, status: *mut MPI_Status);
+    MPI_Testsome => PMPI_Testsome, wait: false,
+        (outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status);
+}
+
+/// `MPI_Waitany` and `MPI_Waitsome`: with shim requests in the array, poll
+/// `test` (the `PMPI_Test*` form: `Some(code)` once done) and progress the
+/// shim's requests in turn, so that either kind may complete first;
+/// otherwise `wait` (the `PMPI_` call) as it is.
+///
 /// # Safety
-/// As `MPI_Testall`.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Testall(
+/// `requests` holds `count` readable handles (MPI's contract).
+unsafe fn wait_polling(
     count: c_int,
     requests: *mut MPI_Request,
-    flag: *mut c_int,
-    statuses: *mut MPI_Status,
+    wait: impl FnOnce() -> c_int,
+    mut test: impl FnMut() -> Option<c_int>,
 ) -> c_int {
-    if watching() {
-        // SAFETY: MPI's contract: `count` readable handles.
+    // SAFETY: per the function's contract.
+    if !watching() || !unsafe { requests::progress_all(count, requests, false) } {
+        return wait();
+    }
+    loop {
+        if let Some(code) = test() {
+            return code;
+        }
+        std::thread::yield_now();
+        // SAFETY: as above.
         unsafe { requests::progress_all(count, requests, false) };
     }
-    // SAFETY: forwarded unchanged.
-    unsafe { mpi_sys::PMPI_Testall(count, requests, flag, statuses) }
-}
-
-/// # Safety
-/// As `MPI_Testany`.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Testany(
-    count: c_int,
-    requests: *mut MPI_Request,
-    index: *mut c_int,
-    flag: *mut c_int,
-    status: *mut MPI_Status,
-) -> c_int {
-    if watching() {
-        // SAFETY: MPI's contract: `count` readable handles.
-        unsafe { requests::progress_all(count, requests, false) };
-    }
-    // SAFETY: forwarded unchanged.
-    unsafe { mpi_sys::PMPI_Testany(count, requests, index, flag, status) }
-}
-
-/// # Safety
-/// As `MPI_Testsome`.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Testsome(
-    incount: c_int,
-    requests: *mut MPI_Request,
-    outcount: *mut c_int,
-    indices: *mut c_int,
-    statuses: *mut MPI_Status,
-) -> c_int {
-    if watching() {
-        // SAFETY: MPI's contract: `incount` readable handles.
-        unsafe { requests::progress_all(incount, requests, false) };
-    }
-    // SAFETY: forwarded unchanged.
-    unsafe { mpi_sys::PMPI_Testsome(incount, requests, outcount, indices, statuses) }
 }
 
 /// # Safety
@@ -122,21 +112,18 @@ pub unsafe extern "C" fn MPI_Waitany(
     index: *mut c_int,
     status: *mut MPI_Status,
 ) -> c_int {
-    // SAFETY: MPI's contract: `count` readable handles.
-    if !watching() || !unsafe { requests::progress_all(count, requests, false) } {
-        // SAFETY: forwarded unchanged.
-        return unsafe { mpi_sys::PMPI_Waitany(count, requests, index, status) };
-    }
     let mut flag: c_int = 0;
-    loop {
-        // SAFETY: forwarded unchanged; `flag` is a valid out-pointer.
-        let rc = unsafe { mpi_sys::PMPI_Testany(count, requests, index, &mut flag, status) };
-        if rc != 0 || flag != 0 {
-            return rc;
-        }
-        std::thread::yield_now();
-        // SAFETY: as above.
-        unsafe { requests::progress_all(count, requests, false) };
+    // SAFETY: forwarded unchanged (`flag` a valid out-pointer): MPI's contract.
+    unsafe {
+        wait_polling(
+            count,
+            requests,
+            || mpi_sys::PMPI_Waitany(count, requests, index, status),
+            || {
+                let rc = mpi_sys::PMPI_Testany(count, requests, index, &mut flag, status);
+                (rc != 0 || flag != 0).then_some(rc)
+            },
+        )
     }
 }
 
@@ -150,21 +137,18 @@ pub unsafe extern "C" fn MPI_Waitsome(
     indices: *mut c_int,
     statuses: *mut MPI_Status,
 ) -> c_int {
-    // SAFETY: MPI's contract: `incount` readable handles.
-    if !watching() || !unsafe { requests::progress_all(incount, requests, false) } {
-        // SAFETY: forwarded unchanged.
-        return unsafe { mpi_sys::PMPI_Waitsome(incount, requests, outcount, indices, statuses) };
-    }
-    loop {
-        // SAFETY: forwarded unchanged.
-        let rc = unsafe { mpi_sys::PMPI_Testsome(incount, requests, outcount, indices, statuses) };
-        // SAFETY: MPI wrote `outcount` (a count, or MPI_UNDEFINED).
-        if rc != 0 || outcount.is_null() || unsafe { *outcount } != 0 {
-            return rc;
-        }
-        std::thread::yield_now();
-        // SAFETY: as above.
-        unsafe { requests::progress_all(incount, requests, false) };
+    // SAFETY: forwarded unchanged; MPI wrote `outcount` (a count, or
+    // MPI_UNDEFINED) when it is read: MPI's contract.
+    unsafe {
+        wait_polling(
+            incount,
+            requests,
+            || mpi_sys::PMPI_Waitsome(incount, requests, outcount, indices, statuses),
+            || {
+                let rc = mpi_sys::PMPI_Testsome(incount, requests, outcount, indices, statuses);
+                (rc != 0 || outcount.is_null() || *outcount != 0).then_some(rc)
+            },
+        )
     }
 }
 

@@ -1,26 +1,33 @@
 //! Carrying out a [`Plan`]: the `PMPI_` call on the program's buffers or on
 //! staged copies, or gpucoll's call, blocking or as a request.
+//!
+//! `pmpi` (and `ipmpi`) make the `PMPI_` call on the `N` buffers they are
+//! given, in the order of `buffers` (the program's buffers, or their staged
+//! copies). With the shim off (`GPUCOLL_SHIM=0`) no plan is made.
 
 use crate::native;
 use crate::plans::Plan;
 use crate::requests;
+use crate::settings;
 use crate::staging;
 use mpi_sys::{MPI_Comm, MPI_Request};
 use std::ffi::{c_int, c_void};
 
-/// Run a blocking collective. `pmpi` makes the `PMPI_` call on the buffers
-/// it is given, in the order of `buffers` (the program's buffers).
+/// Run a blocking collective.
 ///
 /// # Safety
 /// The program's MPI arguments are valid (MPI's contract).
-pub unsafe fn blocking(
+pub unsafe fn blocking<const N: usize>(
     call: &'static str,
     comm: MPI_Comm,
-    plan: Plan,
-    buffers: &[*mut c_void],
-    pmpi: impl FnOnce(&[*mut c_void]) -> c_int,
+    buffers: [*mut c_void; N],
+    plan: impl FnOnce() -> Plan<N>,
+    pmpi: impl FnOnce([*mut c_void; N]) -> c_int,
 ) -> c_int {
-    match plan {
+    if !settings::active() {
+        return pmpi(buffers);
+    }
+    match plan() {
         Plan::Pmpi => pmpi(buffers),
         Plan::Failed(code) => code,
         // SAFETY: forwarded from this function's contract.
@@ -39,16 +46,19 @@ pub unsafe fn blocking(
 /// # Safety
 /// The program's MPI arguments are valid (MPI's contract), `request` writable.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn nonblocking(
+pub unsafe fn nonblocking<const N: usize>(
     call: &'static str,
     comm: MPI_Comm,
-    plan: Plan,
-    buffers: &[*mut c_void],
+    buffers: [*mut c_void; N],
     request: *mut MPI_Request,
-    ipmpi: impl FnOnce(&[*mut c_void]) -> c_int,
-    pmpi: impl FnOnce(&[*mut c_void]) -> c_int,
+    plan: impl FnOnce() -> Plan<N>,
+    ipmpi: impl FnOnce([*mut c_void; N]) -> c_int,
+    pmpi: impl FnOnce([*mut c_void; N]) -> c_int,
 ) -> c_int {
-    match plan {
+    if !settings::active() {
+        return ipmpi(buffers);
+    }
+    match plan() {
         Plan::Pmpi => ipmpi(buffers),
         Plan::Failed(code) => code,
         Plan::Native(n, coll, count) => {

@@ -31,7 +31,7 @@ fn raise(comm: MPI_Comm, code: u32, what: &str) -> c_int {
 }
 
 /// A count as a C `int`, or `MPI_ERR_COUNT` raised on `comm`.
-fn count(value: MPI_Count, comm: MPI_Comm) -> Result<c_int, c_int> {
+fn narrow(value: MPI_Count, comm: MPI_Comm) -> Result<c_int, c_int> {
     c_int::try_from(value)
         .map_err(|_| raise(comm, ffi::MPI_ERR_COUNT, "a count does not fit a C int"))
 }
@@ -93,7 +93,7 @@ impl IntArrays {
         };
         let counts = counts
             .iter()
-            .map(|&c| count(c, comm))
+            .map(|&c| narrow(c, comm))
             .collect::<Result<Vec<_>, _>>()?;
         let displs = if displs.is_null() || len == 0 {
             Vec::new()
@@ -151,6 +151,14 @@ struct Role {
     member: bool,
 }
 
+impl Role {
+    /// Whether MPI reads this process's own block in `buffer`: not where it
+    /// takes no part, nor at a root whose block is in place.
+    fn has_block(&self, buffer: *const c_void) -> bool {
+        self.member && !(self.root && is_in_place(buffer))
+    }
+}
+
 fn role(root: c_int, comm: MPI_Comm) -> Result<Role, c_int> {
     let mut inter = 0;
     let mut rank = -1;
@@ -181,7 +189,7 @@ fn role(root: c_int, comm: MPI_Comm) -> Result<Role, c_int> {
 /// elsewhere it is ignored (0), since a caller may leave it unset.
 fn count_if(value: MPI_Count, significant: bool, comm: MPI_Comm) -> Result<c_int, c_int> {
     if significant {
-        count(value, comm)
+        narrow(value, comm)
     } else {
         Ok(c_int::try_from(value).unwrap_or(0))
     }
@@ -196,90 +204,51 @@ fn all_counts(
 ) -> Result<(c_int, c_int), c_int> {
     Ok((
         count_if(sendcount, !is_in_place(sendbuf), comm)?,
-        count(recvcount, comm)?,
+        narrow(recvcount, comm)?,
     ))
 }
 
-/// `(sendcount, recvcount)` of gather: the receive count matters at the root only.
-fn gather_counts(
-    sendbuf: *const c_void,
-    sendcount: MPI_Count,
-    recvcount: MPI_Count,
+/// The counts of a rooted collective: `(own, at_root)`, where `own` counts
+/// this rank's block in `own_buf` (gather's send side, scatter's receive side;
+/// not read at a root in place) and `at_root` the root's blocks.
+fn rooted_counts(
+    own_buf: *const c_void,
+    own: MPI_Count,
+    at_root: MPI_Count,
     root: c_int,
     comm: MPI_Comm,
 ) -> Result<(c_int, c_int), c_int> {
     let role = role(root, comm)?;
-    let sends = role.member && !(role.root && is_in_place(sendbuf));
     Ok((
-        count_if(sendcount, sends, comm)?,
-        count_if(recvcount, role.root, comm)?,
+        count_if(own, role.has_block(own_buf), comm)?,
+        count_if(at_root, role.root, comm)?,
     ))
 }
 
-/// `(sendcount, recvcount)` of scatter: the send count matters at the root only.
-fn scatter_counts(
-    recvbuf: *const c_void,
-    sendcount: MPI_Count,
-    recvcount: MPI_Count,
-    root: c_int,
-    comm: MPI_Comm,
-) -> Result<(c_int, c_int), c_int> {
-    let role = role(root, comm)?;
-    let receives = role.member && !(role.root && is_in_place(recvbuf));
-    Ok((
-        count_if(sendcount, role.root, comm)?,
-        count_if(recvcount, receives, comm)?,
-    ))
-}
-
-/// Gatherv's send count and the root's receive counts and displacements.
+/// The arguments of a rooted v-collective: `(own, root's arrays)`, `own` as
+/// for [`rooted_counts`], the count and displacement arrays converted at the
+/// root only.
 ///
 /// # Safety
-/// At the root, `recvcounts` and `displs` have one entry per peer.
-unsafe fn gatherv_args(
-    sendbuf: *const c_void,
-    sendcount: MPI_Count,
-    recvcounts: *const MPI_Count,
+/// At the root, `counts` and `displs` have one entry per peer.
+unsafe fn rooted_v_args(
+    own_buf: *const c_void,
+    own: MPI_Count,
+    counts: *const MPI_Count,
     displs: *const MPI_Aint,
     root: c_int,
     comm: MPI_Comm,
 ) -> Result<(c_int, IntArrays), c_int> {
     let role = role(root, comm)?;
-    let sends = role.member && !(role.root && is_in_place(sendbuf));
-    let sendcount = count_if(sendcount, sends, comm)?;
+    let own = count_if(own, role.has_block(own_buf), comm)?;
     let arrays = if role.root {
         let peers = group_size(comm, Group::Peers)?;
         // SAFETY: the root's arrays have one entry per peer, per the contract.
-        unsafe { IntArrays::convert(recvcounts, displs, peers, comm)? }
+        unsafe { IntArrays::convert(counts, displs, peers, comm)? }
     } else {
         IntArrays::unused()
     };
-    Ok((sendcount, arrays))
-}
-
-/// Scatterv's root send counts and displacements and the receive count.
-///
-/// # Safety
-/// At the root, `sendcounts` and `displs` have one entry per peer.
-unsafe fn scatterv_args(
-    recvbuf: *const c_void,
-    sendcounts: *const MPI_Count,
-    displs: *const MPI_Aint,
-    recvcount: MPI_Count,
-    root: c_int,
-    comm: MPI_Comm,
-) -> Result<(IntArrays, c_int), c_int> {
-    let role = role(root, comm)?;
-    let receives = role.member && !(role.root && is_in_place(recvbuf));
-    let recvcount = count_if(recvcount, receives, comm)?;
-    let arrays = if role.root {
-        let peers = group_size(comm, Group::Peers)?;
-        // SAFETY: the root's arrays have one entry per peer, per the contract.
-        unsafe { IntArrays::convert(sendcounts, displs, peers, comm)? }
-    } else {
-        IntArrays::unused()
-    };
-    Ok((arrays, recvcount))
+    Ok((own, arrays))
 }
 
 /// Allgatherv's send count and receive counts and displacements.
@@ -337,10 +306,4 @@ unsafe fn reduce_scatter_counts(
     unsafe { IntArrays::convert(recvcounts, std::ptr::null(), ranks, comm) }
 }
 
-/// The result of a conversion or of the call made with it.
-fn code(result: Result<c_int, c_int>) -> c_int {
-    result.unwrap_or_else(|code| code)
-}
-
-mod blocking;
-mod nonblocking;
+mod exports;

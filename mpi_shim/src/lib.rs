@@ -14,14 +14,14 @@
 //! communicators cached as MPI attributes), `route` (the per-call
 //! decision), `plans` (per-collective argument mapping), `exec`, `native`,
 //! `staging` (carrying a plan out), `requests` and `completion`
-//! (generalized requests and the Wait/Test family), `blocking`, `vector`,
-//! `nonblocking` and `init` (the exported entry points), `errors`;
+//! (generalized requests and the Wait/Test family), `collectives` and
+//! `init` (the exported entry points), `errors`;
 //! `fortran` (Open MPI's Fortran entry points, calling the C exports) and
 //! `large_count` (the MPI-4 `MPI_*_c` forms, calling the C exports).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![allow(non_snake_case)]
 
-mod blocking;
+mod collectives;
 mod comms;
 mod completion;
 mod cuda;
@@ -35,10 +35,8 @@ mod hostmem;
 mod init;
 mod large_count;
 mod native;
-mod nonblocking;
 mod plans;
 mod requests;
 mod route;
 mod settings;
 mod staging;
-mod vector;

@@ -1,6 +1,9 @@
 //! Per collective: MPI's arguments turned into a route and what the route
-//! needs (gpucoll's call, or the regions to stage). Shared by the blocking
-//! and nonblocking exports, which differ only in the `PMPI_` call they make.
+//! needs (gpucoll's call, or the regions to stage). Each function takes the
+//! C arguments of its collective in MPI's order (after the call's name), so
+//! the blocking, nonblocking and v-form exports (`collectives.rs`) share it
+//! and differ only in the `PMPI_` call they make. The v-forms are in
+//! `plans/vector.rs`.
 
 use crate::errors;
 use crate::handles::is_in_place;
@@ -10,39 +13,92 @@ use crate::staging::{self, Region, Span};
 use mpi_sys::{MPI_Comm, MPI_Datatype, MPI_Op};
 use std::ffi::{c_int, c_void};
 
-pub enum Plan {
+mod vector;
+pub use vector::{allgatherv, alltoallv, gatherv, scatterv};
+
+/// How one call of a collective with `N` buffers is carried out.
+pub enum Plan<const N: usize> {
     Pmpi,
     Failed(c_int),
     Native(Native, Coll, c_int),
-    Staged(i32, Vec<Region>),
+    /// Through pinned host memory: one region per buffer, in argument order.
+    Staged(i32, [Region; N]),
 }
 
-fn region(ptr: *const c_void, span: Span, read: bool, write: bool) -> Region {
-    Region {
-        ptr,
-        span,
-        read,
-        write,
-    }
-}
-
-/// The plan for a route whose staging regions come from `regions`.
-fn plan(
+/// The plan for the route of `f`: gpucoll's call from `native` (`None`: the
+/// call has no native form), the staging regions from `regions`.
+fn plan<const N: usize>(
     f: &Facts,
-    native: impl FnOnce() -> (Coll, c_int),
-    regions: impl FnOnce() -> Result<Vec<Region>, c_int>,
-) -> Plan {
+    native: impl FnOnce() -> Option<(Coll, c_int)>,
+    regions: impl FnOnce() -> Result<[Region; N], c_int>,
+) -> Plan<N> {
     match route::decide(f) {
         Route::Pmpi => Plan::Pmpi,
         Route::Failed(c) => Plan::Failed(c),
-        Route::Native(n) => {
-            let (coll, count) = native();
-            Plan::Native(n, coll, count)
-        }
+        Route::Native(n) => match native() {
+            Some((coll, count)) => Plan::Native(n, coll, count),
+            None => Plan::Pmpi,
+        },
         Route::Staged(d) => match regions() {
             Ok(r) => Plan::Staged(d, r),
             Err(code) => Plan::Failed(errors::raise(f.comm, code)),
         },
+    }
+}
+
+/// The facts of a call without an op or a root whose sides have the same
+/// shape; collectives that differ say so with struct update syntax.
+fn facts<'a>(
+    call: &'static str,
+    comm: MPI_Comm,
+    buffers: &'a [*const c_void],
+    count: i64,
+    dtype: Option<MPI_Datatype>,
+) -> Facts<'a> {
+    Facts {
+        call,
+        comm,
+        buffers,
+        count,
+        dtype,
+        op: None,
+        root: None,
+        same_shape: true,
+    }
+}
+
+/// The regions of a call with a send and a receive buffer: MPI reads the
+/// send side and writes the receive side, which it reads too in place.
+fn send_recv(
+    send: *const c_void,
+    send_span: Span,
+    recv: *mut c_void,
+    recv_span: Span,
+    in_place: bool,
+) -> [Region; 2] {
+    [
+        Region {
+            ptr: send,
+            span: send_span,
+            read: true,
+            write: false,
+        },
+        Region {
+            ptr: recv,
+            span: recv_span,
+            read: in_place,
+            write: true,
+        },
+    ]
+}
+
+/// The bytes of `count` elements of `dt` where this rank's buffer is
+/// significant, nothing elsewhere.
+fn span_if(significant: bool, count: i64, dt: MPI_Datatype) -> Result<Span, c_int> {
+    if significant {
+        staging::span(count, dt)
+    } else {
+        Ok(Span::EMPTY)
     }
 }
 
@@ -58,12 +114,25 @@ pub fn rank_size(comm: MPI_Comm) -> Option<(c_int, c_int)> {
     ok.then_some((rank, size))
 }
 
+/// This rank's part in a collective rooted at `root` whose root's own block
+/// is `own_buffer`: `(size of comm, is root, the root's block in place)`;
+/// `None` if MPI rejects `comm`.
+fn rooted(comm: MPI_Comm, root: c_int, own_buffer: *const c_void) -> Option<(c_int, bool, bool)> {
+    let (rank, size) = rank_size(comm)?;
+    let is_root = rank == root;
+    Some((size, is_root, is_root && is_in_place(own_buffer)))
+}
+
+/// The size of `comm` for staging spans (0 if MPI rejects it).
+fn comm_size(comm: MPI_Comm) -> c_int {
+    rank_size(comm).map_or(0, |(_, s)| s)
+}
+
 /// Blocks of `count` for each of `size` ranks, as a 64-bit count.
 fn times(count: c_int, size: c_int) -> i64 {
     i64::from(count) * i64::from(size.max(0))
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn allreduce(
     call: &'static str,
     send: *const c_void,
@@ -72,30 +141,22 @@ pub fn allreduce(
     dt: MPI_Datatype,
     op: MPI_Op,
     comm: MPI_Comm,
-) -> Plan {
+) -> Plan<2> {
+    let buffers = [send, recv.cast_const()];
     let f = Facts {
-        call,
-        comm,
-        buffers: &[send, recv],
-        count: count.into(),
-        dtype: Some(dt),
         op: Some(op),
-        root: None,
-        same_shape: true,
+        ..facts(call, comm, &buffers, count.into(), Some(dt))
     };
     let in_place = is_in_place(send);
     plan(
         &f,
         || {
             let send = send_or_recv(send, recv);
-            (Coll::AllReduce { send, recv }, count)
+            Some((Coll::AllReduce { send, recv }, count))
         },
         || {
             let s = staging::span(count.into(), dt)?;
-            Ok(vec![
-                region(send, s, true, false),
-                region(recv, s, in_place, true),
-            ])
+            Ok(send_recv(send, s, recv, s, in_place))
         },
     )
 }
@@ -110,46 +171,29 @@ pub fn reduce(
     op: MPI_Op,
     root: c_int,
     comm: MPI_Comm,
-) -> Plan {
+) -> Plan<2> {
     let Some((rank, _)) = rank_size(comm) else {
         return Plan::Pmpi;
     };
     let is_root = rank == root;
-    let recv_sig: *const c_void = if is_root { recv } else { std::ptr::null() };
+    let buffers = [send, if is_root { recv } else { std::ptr::null_mut() }];
     let f = Facts {
-        call,
-        comm,
-        buffers: &[send, recv_sig],
-        count: count.into(),
-        dtype: Some(dt),
         op: Some(op),
         root: Some(root),
-        same_shape: true,
+        ..facts(call, comm, &buffers, count.into(), Some(dt))
     };
     let in_place = is_in_place(send);
     plan(
         &f,
         || {
             let send = send_or_recv(send, recv);
-            (
-                Coll::Reduce {
-                    send,
-                    recv,
-                    root: root as usize,
-                },
-                count,
-            )
+            let root = root as usize;
+            Some((Coll::Reduce { send, recv, root }, count))
         },
         || {
             let s = staging::span(count.into(), dt)?;
-            let mut r = vec![region(send, s, true, false)];
-            r.push(region(
-                recv,
-                if is_root { s } else { Span::EMPTY },
-                in_place,
-                true,
-            ));
-            Ok(r)
+            let r = span_if(is_root, count.into(), dt)?;
+            Ok(send_recv(send, s, recv, r, in_place))
         },
     )
 }
@@ -161,31 +205,31 @@ pub fn bcast(
     dt: MPI_Datatype,
     root: c_int,
     comm: MPI_Comm,
-) -> Plan {
+) -> Plan<1> {
+    let buffers = [buf.cast_const()];
     let f = Facts {
-        call,
-        comm,
-        buffers: &[buf],
-        count: count.into(),
-        dtype: Some(dt),
-        op: None,
         root: Some(root),
-        same_shape: true,
+        ..facts(call, comm, &buffers, count.into(), Some(dt))
     };
     plan(
         &f,
         || {
-            (
+            Some((
                 Coll::Bcast {
                     buf,
                     root: root as usize,
                 },
                 count,
-            )
+            ))
         },
         || {
-            let s = staging::span(count.into(), dt)?;
-            Ok(vec![region(buf, s, true, true)])
+            let span = staging::span(count.into(), dt)?;
+            Ok([Region {
+                ptr: buf,
+                span,
+                read: true,
+                write: true,
+            }])
         },
     )
 }
@@ -206,8 +250,19 @@ fn sides(
     }
 }
 
+/// The collectives in which every rank receives a block from every rank.
+#[derive(Clone, Copy)]
+pub enum AllRanks {
+    /// `MPI_Allgather`: one block sent, the same to every rank.
+    Gather,
+    /// `MPI_Alltoall`: one block sent to each rank.
+    Exchange,
+}
+
+/// `MPI_Allgather` and `MPI_Alltoall` (after `kind`, their C arguments).
 #[allow(clippy::too_many_arguments)]
-pub fn allgather(
+pub fn all_ranks(
+    kind: AllRanks,
     call: &'static str,
     send: *const c_void,
     scount: c_int,
@@ -216,87 +271,67 @@ pub fn allgather(
     rcount: c_int,
     rtype: MPI_Datatype,
     comm: MPI_Comm,
-) -> Plan {
+) -> Plan<2> {
     let in_place = is_in_place(send);
     let (count, dt, same) = sides(in_place, scount, stype, rcount, rtype);
+    let buffers = [send, recv.cast_const()];
     let f = Facts {
-        call,
-        comm,
-        buffers: &[send, recv],
-        count: count.into(),
-        dtype: Some(dt),
-        op: None,
-        root: None,
         same_shape: same,
+        ..facts(call, comm, &buffers, count.into(), Some(dt))
     };
     plan(
         &f,
         || {
             let send = send_or_recv(send, recv);
-            (Coll::AllGather { send, recv }, count)
+            let coll = match kind {
+                AllRanks::Gather => Coll::AllGather { send, recv },
+                AllRanks::Exchange => Coll::AllToAll { send, recv },
+            };
+            Some((coll, count))
         },
         || {
-            let size = rank_size(comm).map_or(0, |(_, s)| s);
-            let ss = if in_place {
-                Span::EMPTY
-            } else {
-                staging::span(scount.into(), stype)?
+            let size = comm_size(comm);
+            let send_blocks = match kind {
+                AllRanks::Gather => 1,
+                AllRanks::Exchange => size,
             };
+            let ss = span_if(!in_place, times(scount, send_blocks), stype)?;
             let rs = staging::span(times(rcount, size), rtype)?;
-            Ok(vec![
-                region(send, ss, true, false),
-                region(recv, rs, in_place, true),
-            ])
+            Ok(send_recv(send, ss, recv, rs, in_place))
         },
     )
 }
 
-#[allow(clippy::too_many_arguments)]
-pub fn alltoall(
-    call: &'static str,
+/// A reduce_scatter_block of `count` elements per rank whose staging spans
+/// cover `(total, mine)` elements: all ranks' blocks on the send side, this
+/// rank's on the receive side.
+fn reduce_scatter_plan(
+    f: &Facts,
     send: *const c_void,
-    scount: c_int,
-    stype: MPI_Datatype,
     recv: *mut c_void,
-    rcount: c_int,
-    rtype: MPI_Datatype,
-    comm: MPI_Comm,
-) -> Plan {
+    count: c_int,
+    dt: MPI_Datatype,
+    totals: impl FnOnce() -> (i64, i64),
+) -> Plan<2> {
     let in_place = is_in_place(send);
-    let (count, dt, same) = sides(in_place, scount, stype, rcount, rtype);
-    let f = Facts {
-        call,
-        comm,
-        buffers: &[send, recv],
-        count: count.into(),
-        dtype: Some(dt),
-        op: None,
-        root: None,
-        same_shape: same,
-    };
     plan(
-        &f,
+        f,
         || {
             let send = send_or_recv(send, recv);
-            (Coll::AllToAll { send, recv }, count)
+            Some((Coll::ReduceScatterBlock { send, recv }, count))
         },
         || {
-            let size = rank_size(comm).map_or(0, |(_, s)| s);
-            let ss = if in_place {
-                Span::EMPTY
-            } else {
-                staging::span(times(scount, size), stype)?
-            };
-            let rs = staging::span(times(rcount, size), rtype)?;
-            Ok(vec![
-                region(send, ss, true, false),
-                region(recv, rs, in_place, true),
-            ])
+            let (total, mine) = totals();
+            let all = staging::span(total, dt)?;
+            if in_place {
+                return Ok(send_recv(send, Span::EMPTY, recv, all, true));
+            }
+            let r = staging::span(mine, dt)?;
+            Ok(send_recv(send, all, recv, r, false))
         },
     )
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn reduce_scatter_block(
     call: &'static str,
     send: *const c_void,
@@ -305,40 +340,14 @@ pub fn reduce_scatter_block(
     dt: MPI_Datatype,
     op: MPI_Op,
     comm: MPI_Comm,
-) -> Plan {
+) -> Plan<2> {
+    let buffers = [send, recv.cast_const()];
     let f = Facts {
-        call,
-        comm,
-        buffers: &[send, recv],
-        count: rcount.into(),
-        dtype: Some(dt),
         op: Some(op),
-        root: None,
-        same_shape: true,
+        ..facts(call, comm, &buffers, rcount.into(), Some(dt))
     };
-    let in_place = is_in_place(send);
-    plan(
-        &f,
-        || {
-            let send = send_or_recv(send, recv);
-            (Coll::ReduceScatterBlock { send, recv }, rcount)
-        },
-        || {
-            let size = rank_size(comm).map_or(0, |(_, s)| s);
-            let all = staging::span(times(rcount, size), dt)?;
-            if in_place {
-                return Ok(vec![
-                    region(send, Span::EMPTY, false, false),
-                    region(recv, all, true, true),
-                ]);
-            }
-            let mine = staging::span(rcount.into(), dt)?;
-            Ok(vec![
-                region(send, all, true, false),
-                region(recv, mine, false, true),
-            ])
-        },
-    )
+    let totals = || (times(rcount, comm_size(comm)), rcount.into());
+    reduce_scatter_plan(&f, send, recv, rcount, dt, totals)
 }
 
 /// `MPI_Reduce_scatter`: native when every rank receives the same count
@@ -346,7 +355,6 @@ pub fn reduce_scatter_block(
 ///
 /// # Safety
 /// `rcounts` holds one count per rank of `comm`.
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn reduce_scatter(
     call: &'static str,
     send: *const c_void,
@@ -355,7 +363,7 @@ pub unsafe fn reduce_scatter(
     dt: MPI_Datatype,
     op: MPI_Op,
     comm: MPI_Comm,
-) -> Plan {
+) -> Plan<2> {
     let Some((rank, size)) = rank_size(comm) else {
         return Plan::Pmpi;
     };
@@ -368,38 +376,13 @@ pub unsafe fn reduce_scatter(
     let total: i64 = counts.iter().map(|&c| i64::from(c.max(0))).sum();
     let mine = counts.get(rank as usize).copied().unwrap_or(0);
     let bad = counts.iter().any(|&c| c < 0);
+    let buffers = [send, recv.cast_const()];
+    let count = if bad { -1 } else { counts[0].into() };
     let f = Facts {
-        call,
-        comm,
-        buffers: &[send, recv],
-        count: if bad { -1 } else { counts[0].into() },
-        dtype: uniform.then_some(dt),
         op: Some(op),
-        root: None,
-        same_shape: true,
+        ..facts(call, comm, &buffers, count, uniform.then_some(dt))
     };
-    let in_place = is_in_place(send);
-    plan(
-        &f,
-        || {
-            let send = send_or_recv(send, recv);
-            (Coll::ReduceScatterBlock { send, recv }, counts[0])
-        },
-        || {
-            let all = staging::span(total, dt)?;
-            if in_place {
-                return Ok(vec![
-                    region(send, Span::EMPTY, false, false),
-                    region(recv, all, true, true),
-                ]);
-            }
-            let r = staging::span(mine.into(), dt)?;
-            Ok(vec![
-                region(send, all, true, false),
-                region(recv, r, false, true),
-            ])
-        },
-    )
+    reduce_scatter_plan(&f, send, recv, counts[0], dt, || (total, mine.into()))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -413,56 +396,31 @@ pub fn gather(
     rtype: MPI_Datatype,
     root: c_int,
     comm: MPI_Comm,
-) -> Plan {
-    let Some((rank, size)) = rank_size(comm) else {
+) -> Plan<2> {
+    let Some((size, is_root, in_place)) = rooted(comm, root, send) else {
         return Plan::Pmpi;
     };
-    let is_root = rank == root;
-    let in_place = is_root && is_in_place(send);
     let (count, dt, same) = if is_root {
         sides(in_place, scount, stype, rcount, rtype)
     } else {
         (scount, stype, true)
     };
-    let recv_sig: *const c_void = if is_root { recv } else { std::ptr::null() };
+    let buffers = [send, if is_root { recv } else { std::ptr::null_mut() }];
     let f = Facts {
-        call,
-        comm,
-        buffers: &[send, recv_sig],
-        count: count.into(),
-        dtype: Some(dt),
-        op: None,
         root: Some(root),
         same_shape: same,
+        ..facts(call, comm, &buffers, count.into(), Some(dt))
     };
     plan(
         &f,
         || {
-            let send = send_or_recv(send, recv);
-            (
-                Coll::Gather {
-                    send,
-                    recv,
-                    root: root as usize,
-                },
-                count,
-            )
+            let (send, root) = (send_or_recv(send, recv), root as usize);
+            Some((Coll::Gather { send, recv, root }, count))
         },
         || {
-            let ss = if in_place {
-                Span::EMPTY
-            } else {
-                staging::span(scount.into(), stype)?
-            };
-            let rs = if is_root {
-                staging::span(times(rcount, size), rtype)?
-            } else {
-                Span::EMPTY
-            };
-            Ok(vec![
-                region(send, ss, true, false),
-                region(recv, rs, in_place, true),
-            ])
+            let ss = span_if(!in_place, scount.into(), stype)?;
+            let rs = span_if(is_root, times(rcount, size), rtype)?;
+            Ok(send_recv(send, ss, recv, rs, in_place))
         },
     )
 }
@@ -478,12 +436,10 @@ pub fn scatter(
     rtype: MPI_Datatype,
     root: c_int,
     comm: MPI_Comm,
-) -> Plan {
-    let Some((rank, size)) = rank_size(comm) else {
+) -> Plan<2> {
+    let Some((size, is_root, in_place)) = rooted(comm, root, recv) else {
         return Plan::Pmpi;
     };
-    let is_root = rank == root;
-    let in_place = is_root && is_in_place(recv);
     let (count, dt, same) = if in_place {
         (scount, stype, true)
     } else if is_root {
@@ -491,45 +447,23 @@ pub fn scatter(
     } else {
         (rcount, rtype, true)
     };
-    let send_sig: *const c_void = if is_root { send } else { std::ptr::null() };
+    let buffers = [if is_root { send } else { std::ptr::null() }, recv];
     let f = Facts {
-        call,
-        comm,
-        buffers: &[send_sig, recv],
-        count: count.into(),
-        dtype: Some(dt),
-        op: None,
         root: Some(root),
         same_shape: same,
+        ..facts(call, comm, &buffers, count.into(), Some(dt))
     };
     plan(
         &f,
         || {
-            let recv = if in_place { send as *mut c_void } else { recv };
-            (
-                Coll::Scatter {
-                    send,
-                    recv,
-                    root: root as usize,
-                },
-                count,
-            )
+            let recv = if in_place { send.cast_mut() } else { recv };
+            let root = root as usize;
+            Some((Coll::Scatter { send, recv, root }, count))
         },
         || {
-            let ss = if is_root {
-                staging::span(times(scount, size), stype)?
-            } else {
-                Span::EMPTY
-            };
-            let rs = if in_place {
-                Span::EMPTY
-            } else {
-                staging::span(rcount.into(), rtype)?
-            };
-            Ok(vec![
-                region(send, ss, true, false),
-                region(recv, rs, false, true),
-            ])
+            let ss = span_if(is_root, times(scount, size), stype)?;
+            let rs = span_if(!in_place, rcount.into(), rtype)?;
+            Ok(send_recv(send, ss, recv, rs, false))
         },
     )
 }
@@ -550,5 +484,14 @@ mod tests {
         assert_eq!(times(3, 4), 12);
         assert_eq!(times(i32::MAX, 4), 4 * i64::from(i32::MAX));
         assert_eq!(times(5, -1), 0);
+    }
+
+    #[test]
+    fn receive_side_is_read_only_in_place() {
+        let (s, r) = (std::ptr::null(), std::ptr::null_mut());
+        let [send, recv] = send_recv(s, Span::EMPTY, r, Span::EMPTY, true);
+        assert!(send.read && !send.write && recv.read && recv.write);
+        let [_, recv] = send_recv(s, Span::EMPTY, r, Span::EMPTY, false);
+        assert!(!recv.read && recv.write);
     }
 }

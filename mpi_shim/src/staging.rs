@@ -152,26 +152,26 @@ pub struct Region {
 ///
 /// # Safety
 /// Each region is valid for its span (the MPI caller's promise).
-pub unsafe fn run(
+pub unsafe fn run<const N: usize>(
     device: i32,
     comm: MPI_Comm,
     call: &str,
-    regions: &[Region],
-    call_pmpi: impl FnOnce(&[*mut c_void]) -> c_int,
+    regions: &[Region; N],
+    call_pmpi: impl FnOnce([*mut c_void; N]) -> c_int,
 ) -> c_int {
     let fail = |msg: String| errors::fail(comm, call, &Error::Backend(msg));
     let _ctx = match CtxGuard::bind(device) {
         Ok(g) => g,
         Err(e) => return fail(e),
     };
-    let mut stages = Vec::with_capacity(regions.len());
-    let mut ptrs = Vec::with_capacity(regions.len());
-    for r in regions {
+    let mut stages = Vec::with_capacity(N);
+    let mut ptrs = [std::ptr::null_mut(); N];
+    for (r, ptr) in regions.iter().zip(ptrs.iter_mut()) {
         let len = (r.span.hi - r.span.lo).max(0) as usize;
         let on_device = len > 0 && !handles::is_in_place(r.ptr) && cuda::device_of(r.ptr).is_some();
         if !on_device {
             stages.push(None);
-            ptrs.push(r.ptr as *mut c_void);
+            *ptr = r.ptr.cast_mut();
             continue;
         }
         let pinned = match cuda::take_pinned(len) {
@@ -187,10 +187,10 @@ pub unsafe fn run(
                 return fail(e);
             }
         }
-        ptrs.push(pinned.ptr().wrapping_byte_offset(-r.span.lo));
+        *ptr = pinned.ptr().wrapping_byte_offset(-r.span.lo);
         stages.push(Some(pinned));
     }
-    let rc = call_pmpi(&ptrs);
+    let rc = call_pmpi(ptrs);
     let mut result = rc;
     for (r, stage) in regions.iter().zip(stages) {
         let Some(pinned) = stage else { continue };

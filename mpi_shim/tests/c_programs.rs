@@ -54,16 +54,7 @@ fn program(name: &str) -> (String, String) {
 /// gpucoll.
 fn routed_calls(name: &str) -> &'static [&'static str] {
     match name {
-        "coll_blocking" => &[
-            "MPI_Allreduce",
-            "MPI_Reduce",
-            "MPI_Bcast",
-            "MPI_Allgather",
-            "MPI_Reduce_scatter_block",
-            "MPI_Alltoall",
-            "MPI_Gather",
-            "MPI_Scatter",
-        ],
+        "coll_blocking" => BLOCKING_ROUTED,
         "coll_nonblocking" => &[
             "MPI_Iallreduce",
             "MPI_Ireduce",

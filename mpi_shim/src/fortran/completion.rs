@@ -47,17 +47,30 @@ impl Requests {
         })
     }
 
-    fn count(&self) -> c_int {
+    /// Runs `c_call` on the C requests of a Fortran request array (their
+    /// count and address), then stores every handle back into the array (a
+    /// completed request becomes `MPI_REQUEST_NULL`). Returns the call's code,
+    /// or the error of an invalid array.
+    ///
+    /// # Safety
+    /// As for [`Requests::new`].
+    unsafe fn around(
+        count: *const Fint,
+        requests: *mut Fint,
+        c_call: impl FnOnce(c_int, *mut ffi::MPI_Request) -> c_int,
+    ) -> c_int {
+        // SAFETY: per the function's contract.
+        let mut c_requests = match unsafe { Self::new(count, requests) } {
+            Ok(c_requests) => c_requests,
+            Err(code) => return code,
+        };
         // The length came from a non-negative c_int.
-        self.c.len() as c_int
-    }
-
-    /// Stores every C request's Fortran handle back into the Fortran array.
-    fn write_back(&self) {
-        for (i, &request) in self.c.iter().enumerate() {
+        let code = c_call(c_requests.c.len() as c_int, c_requests.c.as_mut_ptr());
+        for (i, &request) in c_requests.c.iter().enumerate() {
             // SAFETY: `new` read `c.len()` handles from this array, so it has room.
-            unsafe { *self.fortran.add(i) = request_c2f(request) };
+            unsafe { *c_requests.fortran.add(i) = request_c2f(request) };
         }
+        code
     }
 }
 
@@ -119,23 +132,132 @@ fn fortran_index(index: c_int) -> Fint {
     }
 }
 
+/// Where a call reports whether it completed: `MPI_TEST*` into the Fortran
+/// `FLAG`; `MPI_WAIT*` (`None`) has no flag, its call completes.
+type Flag = Option<*mut Fint>;
+
+/// Stores the C flag into `flag` (a test) and says whether the call
+/// completed, so that statuses are stored.
+///
+/// # Safety
+/// `flag`, if given, points to a writable `LOGICAL`.
+unsafe fn completed(flag: Flag, c_flag: c_int) -> bool {
+    if let Some(flag) = flag {
+        // SAFETY: per the function's contract.
+        unsafe { *flag = logical(c_flag) };
+    }
+    c_flag != 0
+}
+
+/// The shared body of `MPI_WAIT` and `MPI_TEST` (`c_call` gets the C
+/// request, flag and status).
+///
+/// # Safety
+/// Fortran arguments of either function: request, flag and status by
+/// reference; `ierror` null or an `INTEGER`.
+unsafe fn one(
+    c_call: impl FnOnce(*mut ffi::MPI_Request, *mut c_int, *mut ffi::MPI_Status) -> c_int,
+    request: *mut Fint,
+    flag: Flag,
+    status: *mut Fint,
+    ierror: *mut Fint,
+) {
+    // SAFETY: per the function's contract.
+    unsafe {
+        let Some(mut c_request) = request_f2c(*request) else {
+            return set_ierror(ierror, invalid_request());
+        };
+        // A wait leaves the flag set: it returns once the request completed.
+        let mut c_flag = 1;
+        let mut c_status = empty_status();
+        let code = c_call(
+            &mut c_request,
+            &mut c_flag,
+            status_target(status, &mut c_status),
+        );
+        *request = request_c2f(c_request);
+        if completed(flag, c_flag) {
+            store_status(&c_status, status);
+        }
+        set_ierror(ierror, code);
+    }
+}
+
+/// The shared body of `MPI_WAITALL` and `MPI_TESTALL` (`c_call` gets the
+/// count, the C requests, the flag and the statuses).
+///
+/// # Safety
+/// Fortran arguments of either function: count (and flag) by reference,
+/// arrays of `count` requests and statuses (or `MPI_STATUSES_IGNORE`).
+unsafe fn all(
+    c_call: impl FnOnce(c_int, *mut ffi::MPI_Request, *mut c_int, *mut ffi::MPI_Status) -> c_int,
+    count: *const Fint,
+    requests: *mut Fint,
+    flag: Flag,
+    statuses: *mut Fint,
+    ierror: *mut Fint,
+) {
+    // SAFETY: per the function's contract.
+    unsafe {
+        let code = Requests::around(count, requests, |n, c_requests| {
+            let mut c_statuses = Statuses::new(statuses, n as usize);
+            let mut c_flag = 1;
+            let code = c_call(n, c_requests, &mut c_flag, c_statuses.as_c());
+            if completed(flag, c_flag) {
+                c_statuses.store(n as usize);
+            }
+            code
+        });
+        set_ierror(ierror, code);
+    }
+}
+
+/// The shared body of `MPI_WAITANY` and `MPI_TESTANY` (`c_call` gets the
+/// count, the C requests, the index, the flag and the status).
+///
+/// # Safety
+/// Fortran arguments of either function: count, index (flag) and status by
+/// reference and an array of `count` requests.
+unsafe fn any(
+    c_call: impl FnOnce(
+        c_int,
+        *mut ffi::MPI_Request,
+        *mut c_int,
+        *mut c_int,
+        *mut ffi::MPI_Status,
+    ) -> c_int,
+    count: *const Fint,
+    requests: *mut Fint,
+    index: *mut Fint,
+    flag: Flag,
+    status: *mut Fint,
+    ierror: *mut Fint,
+) {
+    // SAFETY: per the function's contract.
+    unsafe {
+        let code = Requests::around(count, requests, |n, c_requests| {
+            let mut c_index = ffi::MPI_UNDEFINED;
+            let mut c_flag = 1;
+            let mut c_status = empty_status();
+            let target = status_target(status, &mut c_status);
+            let code = c_call(n, c_requests, &mut c_index, &mut c_flag, target);
+            *index = fortran_index(c_index);
+            if completed(flag, c_flag) {
+                store_status(&c_status, status);
+            }
+            code
+        });
+        set_ierror(ierror, code);
+    }
+}
+
 fortran_binding! {
     /// `MPI_WAIT(REQUEST, STATUS, IERROR)`.
     fn wait(request: *mut Fint, status: *mut Fint, ierror: *mut Fint)
         as "MPI_WAIT", "mpi_wait", "MPI_Wait"
     {
-        // SAFETY: Fortran passes request and status by reference; ierror is null or an
-        // INTEGER.
-        unsafe {
-            let Some(mut c_request) = request_f2c(*request) else {
-                return set_ierror(ierror, invalid_request());
-            };
-            let mut c_status = empty_status();
-            let code = ffi::MPI_Wait(&mut c_request, status_target(status, &mut c_status));
-            *request = request_c2f(c_request);
-            store_status(&c_status, status);
-            set_ierror(ierror, code);
-        }
+        // SAFETY: the Fortran arguments of MPI_WAIT, as `one` requires.
+        unsafe { one(|r, _, s| ffi::MPI_Wait(r, s), request, None, status, ierror) }
     }
 }
 
@@ -144,23 +266,8 @@ fortran_binding! {
     fn test(request: *mut Fint, flag: *mut Fint, status: *mut Fint, ierror: *mut Fint)
         as "MPI_TEST", "mpi_test", "MPI_Test"
     {
-        // SAFETY: Fortran passes request, flag and status by reference; ierror is null
-        // or an INTEGER.
-        unsafe {
-            let Some(mut c_request) = request_f2c(*request) else {
-                return set_ierror(ierror, invalid_request());
-            };
-            let mut c_flag = 0;
-            let mut c_status = empty_status();
-            let code =
-                ffi::MPI_Test(&mut c_request, &mut c_flag, status_target(status, &mut c_status));
-            *request = request_c2f(c_request);
-            *flag = logical(c_flag);
-            if c_flag != 0 {
-                store_status(&c_status, status);
-            }
-            set_ierror(ierror, code);
-        }
+        // SAFETY: the Fortran arguments of MPI_TEST, as `one` requires.
+        unsafe { one(|r, f, s| ffi::MPI_Test(r, f, s), request, Some(flag), status, ierror) }
     }
 }
 
@@ -169,21 +276,10 @@ fortran_binding! {
     fn waitall(count: *const Fint, requests: *mut Fint, statuses: *mut Fint, ierror: *mut Fint)
         as "MPI_WAITALL", "mpi_waitall", "MPI_Waitall"
     {
-        // SAFETY: Fortran passes count by reference and arrays of `count` entries.
+        // SAFETY: the Fortran arguments of MPI_WAITALL, as `all` requires.
         unsafe {
-            let mut c_requests = match Requests::new(count, requests) {
-                Ok(c_requests) => c_requests,
-                Err(code) => return set_ierror(ierror, code),
-            };
-            let mut c_statuses = Statuses::new(statuses, c_requests.c.len());
-            let code = ffi::MPI_Waitall(
-                c_requests.count(),
-                c_requests.c.as_mut_ptr(),
-                c_statuses.as_c(),
-            );
-            c_requests.write_back();
-            c_statuses.store(c_requests.c.len());
-            set_ierror(ierror, code);
+            let waitall = |n, r, _, s| ffi::MPI_Waitall(n, r, s);
+            all(waitall, count, requests, None, statuses, ierror)
         }
     }
 }
@@ -197,27 +293,10 @@ fortran_binding! {
         statuses: *mut Fint,
         ierror: *mut Fint,
     ) as "MPI_TESTALL", "mpi_testall", "MPI_Testall" {
-        // SAFETY: Fortran passes count and flag by reference and arrays of `count`
-        // entries.
+        // SAFETY: the Fortran arguments of MPI_TESTALL, as `all` requires.
         unsafe {
-            let mut c_requests = match Requests::new(count, requests) {
-                Ok(c_requests) => c_requests,
-                Err(code) => return set_ierror(ierror, code),
-            };
-            let mut c_statuses = Statuses::new(statuses, c_requests.c.len());
-            let mut c_flag = 0;
-            let code = ffi::MPI_Testall(
-                c_requests.count(),
-                c_requests.c.as_mut_ptr(),
-                &mut c_flag,
-                c_statuses.as_c(),
-            );
-            c_requests.write_back();
-            *flag = logical(c_flag);
-            if c_flag != 0 {
-                c_statuses.store(c_requests.c.len());
-            }
-            set_ierror(ierror, code);
+            let testall = |n, r, f, s| ffi::MPI_Testall(n, r, f, s);
+            all(testall, count, requests, Some(flag), statuses, ierror)
         }
     }
 }
@@ -231,25 +310,10 @@ fortran_binding! {
         status: *mut Fint,
         ierror: *mut Fint,
     ) as "MPI_WAITANY", "mpi_waitany", "MPI_Waitany" {
-        // SAFETY: Fortran passes count, index and status by reference and an array of
-        // `count` requests.
+        // SAFETY: the Fortran arguments of MPI_WAITANY, as `any` requires.
         unsafe {
-            let mut c_requests = match Requests::new(count, requests) {
-                Ok(c_requests) => c_requests,
-                Err(code) => return set_ierror(ierror, code),
-            };
-            let mut c_index = ffi::MPI_UNDEFINED;
-            let mut c_status = empty_status();
-            let code = ffi::MPI_Waitany(
-                c_requests.count(),
-                c_requests.c.as_mut_ptr(),
-                &mut c_index,
-                status_target(status, &mut c_status),
-            );
-            c_requests.write_back();
-            *index = fortran_index(c_index);
-            store_status(&c_status, status);
-            set_ierror(ierror, code);
+            let waitany = |n, r, i, _, s| ffi::MPI_Waitany(n, r, i, s);
+            any(waitany, count, requests, index, None, status, ierror)
         }
     }
 }
@@ -264,30 +328,10 @@ fortran_binding! {
         status: *mut Fint,
         ierror: *mut Fint,
     ) as "MPI_TESTANY", "mpi_testany", "MPI_Testany" {
-        // SAFETY: Fortran passes count, index, flag and status by reference and an
-        // array of `count` requests.
+        // SAFETY: the Fortran arguments of MPI_TESTANY, as `any` requires.
         unsafe {
-            let mut c_requests = match Requests::new(count, requests) {
-                Ok(c_requests) => c_requests,
-                Err(code) => return set_ierror(ierror, code),
-            };
-            let mut c_index = ffi::MPI_UNDEFINED;
-            let mut c_flag = 0;
-            let mut c_status = empty_status();
-            let code = ffi::MPI_Testany(
-                c_requests.count(),
-                c_requests.c.as_mut_ptr(),
-                &mut c_index,
-                &mut c_flag,
-                status_target(status, &mut c_status),
-            );
-            c_requests.write_back();
-            *index = fortran_index(c_index);
-            *flag = logical(c_flag);
-            if c_flag != 0 {
-                store_status(&c_status, status);
-            }
-            set_ierror(ierror, code);
+            let testany = |n, r, i, f, s| ffi::MPI_Testany(n, r, i, f, s);
+            any(testany, count, requests, index, Some(flag), status, ierror)
         }
     }
 }
@@ -315,61 +359,79 @@ unsafe fn some(
 ) {
     // SAFETY: per the function's contract.
     unsafe {
-        let mut c_requests = match Requests::new(incount, requests) {
-            Ok(c_requests) => c_requests,
-            Err(code) => return set_ierror(ierror, code),
-        };
-        let len = c_requests.c.len();
-        let mut c_statuses = Statuses::new(statuses, len);
-        let mut c_indices: Vec<c_int> = vec![0; len];
-        let mut c_outcount = ffi::MPI_UNDEFINED;
-        let code = c_function(
-            c_requests.count(),
-            c_requests.c.as_mut_ptr(),
-            &mut c_outcount,
-            c_indices.as_mut_ptr(),
-            c_statuses.as_c(),
-        );
-        c_requests.write_back();
-        *outcount = c_outcount;
-        let done = usize::try_from(c_outcount).unwrap_or(0).min(len);
-        for (i, &c_index) in c_indices.iter().take(done).enumerate() {
-            *indices.add(i) = fortran_index(c_index);
-        }
-        c_statuses.store(done);
+        let code = Requests::around(incount, requests, |n, c_requests| {
+            let len = n as usize;
+            let mut c_statuses = Statuses::new(statuses, len);
+            let mut c_indices: Vec<c_int> = vec![0; len];
+            let mut c_outcount = ffi::MPI_UNDEFINED;
+            let code = c_function(
+                n,
+                c_requests,
+                &mut c_outcount,
+                c_indices.as_mut_ptr(),
+                c_statuses.as_c(),
+            );
+            *outcount = c_outcount;
+            let done = usize::try_from(c_outcount).unwrap_or(0).min(len);
+            for (i, &c_index) in c_indices.iter().take(done).enumerate() {
+                *indices.add(i) = fortran_index(c_index);
+            }
+            c_statuses.store(done);
+            code
+        });
         set_ierror(ierror, code);
     }
 }
 
-fortran_binding! {
-    /// `MPI_WAITSOME(INCOUNT, ARRAY_OF_REQUESTS, OUTCOUNT, ARRAY_OF_INDICES,
-    /// ARRAY_OF_STATUSES, IERROR)`.
-    fn waitsome(
-        incount: *const Fint,
-        requests: *mut Fint,
-        outcount: *mut Fint,
-        indices: *mut Fint,
-        statuses: *mut Fint,
-        ierror: *mut Fint,
-    ) as "MPI_WAITSOME", "mpi_waitsome", "MPI_Waitsome" {
-        // SAFETY: the Fortran arguments of MPI_WAITSOME, as `some` requires.
-        unsafe { some(ffi::MPI_Waitsome, incount, requests, outcount, indices, statuses, ierror) }
-    }
+/// `MPI_WAITSOME` and `MPI_TESTSOME`, each `(INCOUNT, ARRAY_OF_REQUESTS,
+/// OUTCOUNT, ARRAY_OF_INDICES, ARRAY_OF_STATUSES, IERROR)`: `some` with the
+/// C function `$c`.
+macro_rules! some_bindings {
+    ($($name:ident => $c:ident as $upper:literal, $lower:literal, $mixed:literal;)+) => {$(
+        fortran_binding! {
+            fn $name(
+                incount: *const Fint,
+                requests: *mut Fint,
+                outcount: *mut Fint,
+                indices: *mut Fint,
+                statuses: *mut Fint,
+                ierror: *mut Fint,
+            ) as $upper, $lower, $mixed {
+                // SAFETY: the Fortran arguments of the function, as `some` requires.
+                unsafe { some(ffi::$c, incount, requests, outcount, indices, statuses, ierror) }
+            }
+        }
+    )+};
 }
 
-fortran_binding! {
-    /// `MPI_TESTSOME(INCOUNT, ARRAY_OF_REQUESTS, OUTCOUNT, ARRAY_OF_INDICES,
-    /// ARRAY_OF_STATUSES, IERROR)`.
-    fn testsome(
-        incount: *const Fint,
-        requests: *mut Fint,
-        outcount: *mut Fint,
-        indices: *mut Fint,
-        statuses: *mut Fint,
-        ierror: *mut Fint,
-    ) as "MPI_TESTSOME", "mpi_testsome", "MPI_Testsome" {
-        // SAFETY: the Fortran arguments of MPI_TESTSOME, as `some` requires.
-        unsafe { some(ffi::MPI_Testsome, incount, requests, outcount, indices, statuses, ierror) }
+some_bindings! {
+    waitsome => MPI_Waitsome as "MPI_WAITSOME", "mpi_waitsome", "MPI_Waitsome";
+    testsome => MPI_Testsome as "MPI_TESTSOME", "mpi_testsome", "MPI_Testsome";
+}
+
+/// The shared body of `MPI_REQUEST_FREE` and `MPI_CANCEL`: `c_call` on the
+/// C request, whose handle is stored back where `write_back` (a freed request
+/// becomes `MPI_REQUEST_NULL`; a cancelled one stays as it is).
+///
+/// # Safety
+/// `request` points to an `INTEGER`, writable where `write_back`; `ierror`
+/// is null or a writable `INTEGER`.
+unsafe fn on_request(
+    c_call: impl FnOnce(*mut ffi::MPI_Request) -> c_int,
+    request: *mut Fint,
+    write_back: bool,
+    ierror: *mut Fint,
+) {
+    // SAFETY: per the function's contract.
+    unsafe {
+        let Some(mut c_request) = request_f2c(*request) else {
+            return set_ierror(ierror, invalid_request());
+        };
+        let code = c_call(&mut c_request);
+        if write_back {
+            *request = request_c2f(c_request);
+        }
+        set_ierror(ierror, code);
     }
 }
 
@@ -378,15 +440,8 @@ fortran_binding! {
     fn request_free(request: *mut Fint, ierror: *mut Fint)
         as "MPI_REQUEST_FREE", "mpi_request_free", "MPI_Request_free"
     {
-        // SAFETY: Fortran passes the request by reference; ierror is null or an INTEGER.
-        unsafe {
-            let Some(mut c_request) = request_f2c(*request) else {
-                return set_ierror(ierror, invalid_request());
-            };
-            let code = ffi::MPI_Request_free(&mut c_request);
-            *request = request_c2f(c_request);
-            set_ierror(ierror, code);
-        }
+        // SAFETY: the Fortran arguments of MPI_REQUEST_FREE, as `on_request` requires.
+        unsafe { on_request(|r| ffi::MPI_Request_free(r), request, true, ierror) }
     }
 }
 
@@ -395,13 +450,8 @@ fortran_binding! {
     fn cancel(request: *const Fint, ierror: *mut Fint)
         as "MPI_CANCEL", "mpi_cancel", "MPI_Cancel"
     {
-        // SAFETY: Fortran passes the request by reference; ierror is null or an INTEGER.
-        unsafe {
-            let Some(mut c_request) = request_f2c(*request) else {
-                return set_ierror(ierror, invalid_request());
-            };
-            let code = ffi::MPI_Cancel(&mut c_request);
-            set_ierror(ierror, code);
-        }
+        // SAFETY: the Fortran arguments of MPI_CANCEL, as `on_request` requires (the
+        // request is only read).
+        unsafe { on_request(|r| ffi::MPI_Cancel(r), request.cast_mut(), false, ierror) }
     }
 }

@@ -29,21 +29,21 @@ macro_rules! fortran_binding {
         #[allow(clippy::too_many_arguments)]
         unsafe fn $name $params $body
 
-        export_symbols!($name $params [
-            $upper,
-            $lower,
-            concat!($lower, "_"),
-            concat!($lower, "__"),
-            concat!($mixed, "_f"),
-            concat!($mixed, "_f08"),
-            concat!($lower, "_f08_")
-        ]);
+        export_symbols!($name $params as $upper, $lower, $mixed);
     };
 }
 
+/// Exports `$name` under the seven names of one Fortran binding (see
+/// `fortran_binding!`); `$mixed` is the C name (`MPI_Allreduce`).
 macro_rules! export_symbols {
-    ($name:ident $params:tt [$($symbol:expr),+]) => {
-        $( export_symbol!($symbol, $name, $params); )+
+    ($name:ident $params:tt as $upper:expr, $lower:expr, $mixed:expr) => {
+        export_symbol!($upper, $name, $params);
+        export_symbol!($lower, $name, $params);
+        export_symbol!(concat!($lower, "_"), $name, $params);
+        export_symbol!(concat!($lower, "__"), $name, $params);
+        export_symbol!(concat!($mixed, "_f"), $name, $params);
+        export_symbol!(concat!($mixed, "_f08"), $name, $params);
+        export_symbol!(concat!($lower, "_f08_"), $name, $params);
     };
 }
 
@@ -62,8 +62,7 @@ macro_rules! export_symbol {
     };
 }
 
-mod blocking;
+mod collectives;
 mod completion;
 pub(crate) mod handles;
 mod lifecycle;
-mod nonblocking;

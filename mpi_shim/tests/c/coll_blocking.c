@@ -27,22 +27,10 @@ static const char *ip_name(int inplace)
     return inplace ? " in-place" : "";
 }
 
-/* A send buffer holding rank r's elements first..first+n of this case. */
-static struct st_buf make_input(const struct st_type *t, int op, uint64_t seed, int r,
-                                size_t first, size_t n)
-{
-    struct st_buf b = st_buf_new(n * t->size);
-    st_fill(t, op, seed, r, first, b.host, n);
-    st_push(&b);
-    return b;
-}
-
 /* A receive buffer of n elements plus the guard, all poisoned. */
 static struct st_buf make_output(const struct st_type *t, size_t n)
 {
-    struct st_buf b = st_buf_new(n * t->size + GUARD);
-    st_poison(&b);
-    return b;
+    return st_buf_poisoned(n * t->size + GUARD);
 }
 
 static void check_input_kept(const char *label, struct st_buf *in)
@@ -67,6 +55,31 @@ static void check_output(const char *label, const struct st_type *t, struct st_b
     st_untouched(label, (char *)out->host + end, out->bytes - end);
 }
 
+/* The end of every case: the call succeeded and, if this rank expects data
+ * (`exp`), `out` holds exp[0..n) with nothing written past `valid`
+ * elements; where `keep_in`, the send buffer is unchanged. Frees it all. */
+static void finish(const char *label, const struct st_type *t, int rc, struct st_buf *in,
+                   struct st_buf *out, char *exp, size_t n, size_t valid, int keep_in)
+{
+    if (st_ok(rc, label) && exp)
+        check_output(label, t, out, exp, n, valid);
+    if (keep_in)
+        check_input_kept(label, in);
+    free(exp);
+    st_buf_free(in);
+    st_buf_free(out);
+}
+
+/* The expected reduction over all ranks of elements first..first+n. */
+static char *reduced(struct cx *c, const struct st_type *t, int op, uint64_t seed, size_t first,
+                     size_t n)
+{
+    char *exp = malloc(n * t->size + 1);
+    for (size_t i = 0; i < n; i++)
+        st_store(t, exp, i, st_reduce_elem(t, op, seed, c->size, first + i));
+    return exp;
+}
+
 /* ---- reductions ---------------------------------------------------- */
 
 static void t_allreduce(struct cx *c, const struct st_type *t, int op, size_t n, int inplace)
@@ -75,25 +88,13 @@ static void t_allreduce(struct cx *c, const struct st_type *t, int op, size_t n,
     uint64_t seed = next_seed++;
     snprintf(label, sizeof label, "Allreduce %s %s n=%zu%s %s", t->name, st_op_names[op], n,
              ip_name(inplace), c->name);
-    struct st_buf in = make_input(t, op, seed, c->rank, 0, n);
+    struct st_buf in = st_input(t, op, seed, c->rank, 0, n);
     struct st_buf out = make_output(t, n);
-    if (inplace) {
-        st_fill(t, op, seed, c->rank, 0, out.host, n);
-        st_push_range(&out, 0, n * t->size);
-    }
+    if (inplace)
+        st_place(&out, 0, in.host, n * t->size);
     int rc = MPI_Allreduce(inplace ? MPI_IN_PLACE : in.mpi, out.mpi, (int)n, t->type, st_ops[op],
                            c->comm);
-    if (st_ok(rc, label)) {
-        char *exp = malloc(n * t->size + 1);
-        for (size_t i = 0; i < n; i++)
-            st_store(t, exp, i, st_reduce_elem(t, op, seed, c->size, i));
-        check_output(label, t, &out, exp, n, n);
-        if (!inplace)
-            check_input_kept(label, &in);
-        free(exp);
-    }
-    st_buf_free(&in);
-    st_buf_free(&out);
+    finish(label, t, rc, &in, &out, reduced(c, t, op, seed, 0, n), n, n, !inplace);
 }
 
 static void t_reduce(struct cx *c, const struct st_type *t, int op, size_t n, int inplace)
@@ -104,102 +105,64 @@ static void t_reduce(struct cx *c, const struct st_type *t, int op, size_t n, in
     int am_root = c->rank == root;
     snprintf(label, sizeof label, "Reduce %s %s n=%zu%s root=%d %s", t->name, st_op_names[op], n,
              ip_name(inplace), root, c->name);
-    struct st_buf in = make_input(t, op, seed, c->rank, 0, n);
+    struct st_buf in = st_input(t, op, seed, c->rank, 0, n);
     struct st_buf out = make_output(t, n);
-    if (inplace && am_root) {
-        st_fill(t, op, seed, c->rank, 0, out.host, n);
-        st_push_range(&out, 0, n * t->size);
-    }
+    if (inplace && am_root)
+        st_place(&out, 0, in.host, n * t->size);
     const void *send = inplace && am_root ? MPI_IN_PLACE : in.mpi;
     /* only the root's receive buffer is significant: others pass NULL */
     void *recv = am_root || !inplace ? out.mpi : NULL;
     int rc = MPI_Reduce(send, recv, (int)n, t->type, st_ops[op], root, c->comm);
-    if (st_ok(rc, label) && am_root) {
-        char *exp = malloc(n * t->size + 1);
-        for (size_t i = 0; i < n; i++)
-            st_store(t, exp, i, st_reduce_elem(t, op, seed, c->size, i));
-        check_output(label, t, &out, exp, n, n);
-        free(exp);
-    }
-    if (!(inplace && am_root))
-        check_input_kept(label, &in);
-    st_buf_free(&in);
-    st_buf_free(&out);
+    char *exp = am_root ? reduced(c, t, op, seed, 0, n) : NULL;
+    finish(label, t, rc, &in, &out, exp, n, n, !(inplace && am_root));
 }
 
-static void t_reduce_scatter_block(struct cx *c, const struct st_type *t, int op, size_t n,
-                                   int inplace)
-{
-    char label[200];
-    uint64_t seed = next_seed++;
-    size_t total = n * c->size;
-    snprintf(label, sizeof label, "Reduce_scatter_block %s %s n=%zu%s %s", t->name,
-             st_op_names[op], n, ip_name(inplace), c->name);
-    struct st_buf in = make_input(t, op, seed, c->rank, 0, total);
-    struct st_buf out = make_output(t, inplace ? total : n);
-    if (inplace) {
-        st_fill(t, op, seed, c->rank, 0, out.host, total);
-        st_push_range(&out, 0, total * t->size);
-    }
-    int rc = MPI_Reduce_scatter_block(inplace ? MPI_IN_PLACE : in.mpi, out.mpi, (int)n, t->type,
-                                      st_ops[op], c->comm);
-    if (st_ok(rc, label)) {
-        char *exp = malloc(n * t->size + 1);
-        for (size_t i = 0; i < n; i++)
-            st_store(t, exp, i, st_reduce_elem(t, op, seed, c->size, c->rank * n + i));
-        /* in place, the rest of the buffer is undefined afterwards */
-        check_output(label, t, &out, exp, n, inplace ? total : n);
-        if (!inplace)
-            check_input_kept(label, &in);
-        free(exp);
-    }
-    st_buf_free(&in);
-    st_buf_free(&out);
-}
-
+/* MPI_Reduce_scatter_block (counts NULL: n each) or MPI_Reduce_scatter
+ * (uneven blocks; with n = 0 a mix of empty and one-element blocks). */
 static void t_reduce_scatter(struct cx *c, const struct st_type *t, int op, size_t n,
-                             int inplace)
+                             int inplace, int uneven)
 {
     char label[200];
     uint64_t seed = next_seed++;
     int *counts = malloc(sizeof(int) * c->size);
     size_t total = 0, mine_at = 0;
     for (int i = 0; i < c->size; i++) {
-        /* uneven blocks; with n = 0 a mix of empty and one-element blocks */
-        counts[i] = n ? (int)n + i % 3 : i % 2;
+        counts[i] = !uneven ? (int)n : n ? (int)n + i % 3 : i % 2;
         if (i < c->rank)
             mine_at += counts[i];
         total += counts[i];
     }
     size_t mine = counts[c->rank];
-    snprintf(label, sizeof label, "Reduce_scatter %s %s n=%zu%s %s", t->name, st_op_names[op], n,
+    snprintf(label, sizeof label, "%s %s %s n=%zu%s %s",
+             uneven ? "Reduce_scatter" : "Reduce_scatter_block", t->name, st_op_names[op], n,
              ip_name(inplace), c->name);
-    struct st_buf in = make_input(t, op, seed, c->rank, 0, total);
+    struct st_buf in = st_input(t, op, seed, c->rank, 0, total);
     struct st_buf out = make_output(t, inplace ? total : mine);
-    if (inplace) {
-        st_fill(t, op, seed, c->rank, 0, out.host, total);
-        st_push_range(&out, 0, total * t->size);
-    }
-    int rc = MPI_Reduce_scatter(inplace ? MPI_IN_PLACE : in.mpi, out.mpi, counts, t->type,
-                                st_ops[op], c->comm);
-    if (st_ok(rc, label)) {
-        char *exp = malloc(mine * t->size + 1);
-        for (size_t i = 0; i < mine; i++)
-            st_store(t, exp, i, st_reduce_elem(t, op, seed, c->size, mine_at + i));
-        check_output(label, t, &out, exp, mine, inplace ? total : mine);
-        if (!inplace)
-            check_input_kept(label, &in);
-        free(exp);
-    }
+    if (inplace)
+        st_place(&out, 0, in.host, total * t->size);
+    const void *send = inplace ? MPI_IN_PLACE : in.mpi;
+    int rc = uneven ? MPI_Reduce_scatter(send, out.mpi, counts, t->type, st_ops[op], c->comm)
+                    : MPI_Reduce_scatter_block(send, out.mpi, (int)n, t->type, st_ops[op],
+                                               c->comm);
+    /* in place, the rest of the buffer is undefined afterwards */
+    finish(label, t, rc, &in, &out, reduced(c, t, op, seed, mine_at, mine), mine,
+           inplace ? total : mine, !inplace);
     free(counts);
-    st_buf_free(&in);
-    st_buf_free(&out);
 }
 
 /* ---- data movement ------------------------------------------------- */
 
 /* Data movement uses full-range bit patterns (the BXOR inputs). */
 #define MOVE OP_BXOR
+
+/* The expected blocks of every rank, n elements each from element `first`. */
+static char *gathered(struct cx *c, const struct st_type *t, uint64_t seed, size_t first, size_t n)
+{
+    char *exp = malloc(n * c->size * t->size + 1);
+    for (int r = 0; r < c->size; r++)
+        st_fill(t, MOVE, seed, r, first, exp + (size_t)r * n * t->size, n);
+    return exp;
+}
 
 static void t_bcast(struct cx *c, const struct st_type *t, size_t n)
 {
@@ -210,69 +173,32 @@ static void t_bcast(struct cx *c, const struct st_type *t, size_t n)
     struct st_buf buf = make_output(t, n);
     char *exp = malloc(n * t->size + 1);
     st_fill(t, MOVE, seed, root, 0, exp, n);
-    if (c->rank == root) {
-        memcpy(buf.host, exp, n * t->size);
-        st_push_range(&buf, 0, n * t->size);
-    }
+    if (c->rank == root)
+        st_place(&buf, 0, exp, n * t->size);
     if (st_ok(MPI_Bcast(buf.mpi, (int)n, t->type, root, c->comm), label))
         check_output(label, t, &buf, exp, n, n);
     free(exp);
     st_buf_free(&buf);
 }
 
-static void t_allgather(struct cx *c, const struct st_type *t, size_t n, int inplace)
-{
-    char label[200];
-    uint64_t seed = next_seed++;
-    size_t total = n * c->size;
-    snprintf(label, sizeof label, "Allgather %s n=%zu%s %s", t->name, n, ip_name(inplace),
-             c->name);
-    struct st_buf in = make_input(t, MOVE, seed, c->rank, 0, n);
-    struct st_buf out = make_output(t, total);
-    char *exp = malloc(total * t->size + 1);
-    for (int r = 0; r < c->size; r++)
-        st_fill(t, MOVE, seed, r, 0, exp + (size_t)r * n * t->size, n);
-    if (inplace) {
-        memcpy((char *)out.host + c->rank * n * t->size, in.host, n * t->size);
-        st_push_range(&out, c->rank * n * t->size, n * t->size);
-    }
-    int rc = MPI_Allgather(inplace ? MPI_IN_PLACE : in.mpi, (int)n, t->type, out.mpi, (int)n,
-                           t->type, c->comm);
-    if (st_ok(rc, label)) {
-        check_output(label, t, &out, exp, total, total);
-        if (!inplace)
-            check_input_kept(label, &in);
-    }
-    free(exp);
-    st_buf_free(&in);
-    st_buf_free(&out);
-}
-
-static void t_alltoall(struct cx *c, const struct st_type *t, size_t n, int inplace)
+/* MPI_Allgather, or MPI_Alltoall (`exchange`: a block for each rank). */
+static void t_all_ranks(struct cx *c, const struct st_type *t, size_t n, int inplace,
+                        int exchange)
 {
     char label[200];
     uint64_t seed = next_seed++;
     size_t total = n * c->size, blk = n * t->size;
-    snprintf(label, sizeof label, "Alltoall %s n=%zu%s %s", t->name, n, ip_name(inplace), c->name);
-    struct st_buf in = make_input(t, MOVE, seed, c->rank, 0, total);
+    snprintf(label, sizeof label, "%s %s n=%zu%s %s", exchange ? "Alltoall" : "Allgather",
+             t->name, n, ip_name(inplace), c->name);
+    struct st_buf in = st_input(t, MOVE, seed, c->rank, 0, exchange ? total : n);
     struct st_buf out = make_output(t, total);
-    char *exp = malloc(total * t->size + 1);
-    for (int r = 0; r < c->size; r++)
-        st_fill(t, MOVE, seed, r, c->rank * n, exp + r * blk, n);
-    if (inplace) {
-        memcpy(out.host, in.host, total * t->size);
-        st_push_range(&out, 0, total * t->size);
-    }
-    int rc = MPI_Alltoall(inplace ? MPI_IN_PLACE : in.mpi, (int)n, t->type, out.mpi, (int)n,
-                          t->type, c->comm);
-    if (st_ok(rc, label)) {
-        check_output(label, t, &out, exp, total, total);
-        if (!inplace)
-            check_input_kept(label, &in);
-    }
-    free(exp);
-    st_buf_free(&in);
-    st_buf_free(&out);
+    if (inplace)
+        st_place(&out, exchange ? 0 : c->rank * blk, in.host, in.bytes);
+    const void *send = inplace ? MPI_IN_PLACE : in.mpi;
+    int rc = exchange ? MPI_Alltoall(send, (int)n, t->type, out.mpi, (int)n, t->type, c->comm)
+                      : MPI_Allgather(send, (int)n, t->type, out.mpi, (int)n, t->type, c->comm);
+    char *exp = gathered(c, t, seed, exchange ? c->rank * n : 0, n);
+    finish(label, t, rc, &in, &out, exp, total, total, !inplace);
 }
 
 static void t_gather(struct cx *c, const struct st_type *t, size_t n, int inplace)
@@ -284,24 +210,15 @@ static void t_gather(struct cx *c, const struct st_type *t, size_t n, int inplac
     size_t total = n * c->size, blk = n * t->size;
     snprintf(label, sizeof label, "Gather %s n=%zu%s root=%d %s", t->name, n, ip_name(inplace),
              root, c->name);
-    struct st_buf in = make_input(t, MOVE, seed, c->rank, 0, n);
+    struct st_buf in = st_input(t, MOVE, seed, c->rank, 0, n);
     struct st_buf out = make_output(t, total);
-    if (inplace && am_root) {
-        memcpy((char *)out.host + root * blk, in.host, blk);
-        st_push_range(&out, root * blk, blk);
-    }
+    if (inplace && am_root)
+        st_place(&out, root * blk, in.host, blk);
     const void *send = inplace && am_root ? MPI_IN_PLACE : in.mpi;
     int rc = MPI_Gather(send, (int)n, t->type, am_root || !inplace ? out.mpi : NULL, (int)n,
                         t->type, root, c->comm);
-    if (st_ok(rc, label) && am_root) {
-        char *exp = malloc(total * t->size + 1);
-        for (int r = 0; r < c->size; r++)
-            st_fill(t, MOVE, seed, r, 0, exp + r * blk, n);
-        check_output(label, t, &out, exp, total, total);
-        free(exp);
-    }
-    st_buf_free(&in);
-    st_buf_free(&out);
+    char *exp = am_root ? gathered(c, t, seed, 0, n) : NULL;
+    finish(label, t, rc, &in, &out, exp, total, total, 0);
 }
 
 static void t_scatter(struct cx *c, const struct st_type *t, size_t n, int inplace)
@@ -313,23 +230,18 @@ static void t_scatter(struct cx *c, const struct st_type *t, size_t n, int inpla
     size_t total = n * c->size;
     snprintf(label, sizeof label, "Scatter %s n=%zu%s root=%d %s", t->name, n, ip_name(inplace),
              root, c->name);
-    struct st_buf in = make_input(t, MOVE, seed, root, 0, am_root ? total : 0);
+    struct st_buf in = st_input(t, MOVE, seed, root, 0, am_root ? total : 0);
     struct st_buf out = make_output(t, n);
     void *recv = inplace && am_root ? MPI_IN_PLACE : out.mpi;
     int rc = MPI_Scatter(am_root ? in.mpi : NULL, (int)n, t->type, recv, (int)n, t->type, root,
                          c->comm);
-    if (st_ok(rc, label)) {
-        if (inplace && am_root) {
-            check_input_kept(label, &in); /* the root's block stays where it is */
-        } else {
-            char *exp = malloc(n * t->size + 1);
-            st_fill(t, MOVE, seed, root, c->rank * n, exp, n);
-            check_output(label, t, &out, exp, n, n);
-            free(exp);
-        }
+    char *exp = NULL;
+    if (!(inplace && am_root)) {
+        exp = malloc(n * t->size + 1);
+        st_fill(t, MOVE, seed, root, c->rank * n, exp, n);
     }
-    st_buf_free(&in);
-    st_buf_free(&out);
+    /* in place, the root's block stays where it is */
+    finish(label, t, rc, &in, &out, exp, n, n, inplace && am_root);
 }
 
 static double now(void)
@@ -377,26 +289,18 @@ static void reductions(struct cx *c, const struct st_type *t, int op, size_t n, 
 {
     t_allreduce(c, t, op, n, inplace);
     t_reduce(c, t, op, n, inplace);
-    t_reduce_scatter_block(c, t, op, n, inplace);
-    t_reduce_scatter(c, t, op, n, inplace);
+    t_reduce_scatter(c, t, op, n, inplace, 0);
+    t_reduce_scatter(c, t, op, n, inplace, 1);
 }
 
 static void movement(struct cx *c, const struct st_type *t, size_t n, int inplace)
 {
     if (!inplace)
         t_bcast(c, t, n);
-    t_allgather(c, t, n, inplace);
-    t_alltoall(c, t, n, inplace);
+    t_all_ranks(c, t, n, inplace, 0);
+    t_all_ranks(c, t, n, inplace, 1);
     t_gather(c, t, n, inplace);
     t_scatter(c, t, n, inplace);
-}
-
-static const struct st_type *type_named(const char *name)
-{
-    for (int k = 0; k < st_ntypes; k++)
-        if (!strcmp(st_types[k].name, name))
-            return &st_types[k];
-    return NULL;
 }
 
 /* Everything on one communicator. Every (type, op) pair runs once, at a
@@ -410,7 +314,7 @@ static void matrix(struct cx *c, int full)
     const char *few[] = {"FLOAT", "INT", "INT8_T", "DOUBLE", "UINT64_T", "BYTE"};
     int ntypes = full ? st_ntypes : (int)(sizeof few / sizeof few[0]);
     for (int k = 0; k < ntypes; k++) {
-        const struct st_type *t = full ? &st_types[k] : type_named(few[k]);
+        const struct st_type *t = full ? &st_types[k] : st_type_named(few[k]);
         unsigned turn = (unsigned)k;
         for (int op = 0; op < OP_COUNT; op++) {
             if (!st_op_valid(t, op))
@@ -436,9 +340,9 @@ static void large(struct cx *c)
     } red[] = {{"FLOAT", OP_SUM}, {"DOUBLE", OP_MAX}, {"INT", OP_BXOR}, {"INT64_T", OP_SUM},
                {"UINT8_T", OP_MIN}, {"INT32_T", OP_LOR}};
     for (size_t k = 0; k < sizeof red / sizeof red[0]; k++)
-        reductions(c, type_named(red[k].type), red[k].op, st.large, (int)(k % 2));
-    movement(c, type_named("FLOAT"), st.large, 0);
-    movement(c, type_named("BYTE"), st.large, 1);
+        reductions(c, st_type_named(red[k].type), red[k].op, st.large, (int)(k % 2));
+    movement(c, st_type_named("FLOAT"), st.large, 0);
+    movement(c, st_type_named("BYTE"), st.large, 1);
 }
 
 int main(int argc, char **argv)
@@ -459,8 +363,8 @@ int main(int argc, char **argv)
     MPI_Comm_dup(MPI_COMM_WORLD, &dup.comm);
     matrix(&split, 0);
     matrix(&dup, 0);
-    t_allreduce(&world, type_named("INT"), OP_SUM, 7919, 0); /* interleaved with the others */
-    t_allreduce(&split, type_named("FLOAT"), OP_SUM, 7919, 1);
+    t_allreduce(&world, st_type_named("INT"), OP_SUM, 7919, 0); /* interleaved with the others */
+    t_allreduce(&split, st_type_named("FLOAT"), OP_SUM, 7919, 1);
     MPI_Comm_free(&split.comm);
     MPI_Comm_free(&dup.comm);
     return st_finish();

@@ -71,38 +71,24 @@ static MPI_Request start(struct pend *p, enum kind kind, MPI_Comm comm, const ch
     switch (kind) {
     case IALLREDUCE:
     case IREDUCE:
-        p->in = st_buf_new(n * sz);
-        st_fill(t, op, p->seed, me, 0, p->in.host, n);
-        st_push(&p->in);
-        p->out = st_buf_new(n * sz);
-        st_poison(&p->out);
-        if (p->inplace) {
-            memcpy(p->out.host, p->in.host, n * sz);
-            st_push(&p->out);
-        }
+    case IRSB: {
+        size_t len = kind == IRSB ? total : n;
+        p->in = st_input(t, op, p->seed, me, 0, len);
+        p->out = st_buf_poisoned(len * sz);
+        if (p->inplace)
+            st_place(&p->out, 0, p->in.host, len * sz);
+        const void *send = p->inplace ? MPI_IN_PLACE : p->in.mpi;
+        MPI_Op mop = st_ops[op];
         if (kind == IALLREDUCE)
-            rc = MPI_Iallreduce(p->inplace ? MPI_IN_PLACE : p->in.mpi, p->out.mpi, mpi_n, t->type,
-                                st_ops[op], comm, &req);
+            rc = MPI_Iallreduce(send, p->out.mpi, mpi_n, t->type, mop, comm, &req);
+        else if (kind == IREDUCE)
+            rc = MPI_Ireduce(send, p->out.mpi, mpi_n, t->type, mop, root, comm, &req);
         else
-            rc = MPI_Ireduce(p->inplace ? MPI_IN_PLACE : p->in.mpi, p->out.mpi, mpi_n, t->type,
-                             st_ops[op], root, comm, &req);
+            rc = MPI_Ireduce_scatter_block(send, p->out.mpi, mpi_n, t->type, mop, comm, &req);
         break;
-    case IRSB:
-        p->in = st_buf_new(total * sz);
-        st_fill(t, op, p->seed, me, 0, p->in.host, total);
-        st_push(&p->in);
-        p->out = st_buf_new(total * sz);
-        st_poison(&p->out);
-        if (p->inplace) {
-            memcpy(p->out.host, p->in.host, total * sz);
-            st_push(&p->out);
-        }
-        rc = MPI_Ireduce_scatter_block(p->inplace ? MPI_IN_PLACE : p->in.mpi, p->out.mpi, mpi_n,
-                                       t->type, st_ops[op], comm, &req);
-        break;
+    }
     case IBCAST:
-        p->out = st_buf_new(n * sz);
-        st_poison(&p->out);
+        p->out = st_buf_poisoned(n * sz);
         if (am_root) {
             st_fill(t, OP_BXOR, p->seed, root, 0, p->out.host, n);
             st_push(&p->out);
@@ -111,43 +97,26 @@ static MPI_Request start(struct pend *p, enum kind kind, MPI_Comm comm, const ch
         break;
     case IALLGATHER:
     case IGATHER:
-        p->in = st_buf_new(n * sz);
-        st_fill(t, OP_BXOR, p->seed, me, 0, p->in.host, n);
-        st_push(&p->in);
-        p->out = st_buf_new(total * sz);
-        st_poison(&p->out);
-        if (p->inplace) {
-            memcpy((char *)p->out.host + me * n * sz, p->in.host, n * sz);
-            st_push(&p->out);
-        }
+    case IALLTOALL: {
+        size_t len = kind == IALLTOALL ? total : n;
+        p->in = st_input(t, OP_BXOR, p->seed, me, 0, len);
+        p->out = st_buf_poisoned(total * sz);
+        /* in place, my own block (all-to-all: all my blocks) is in the output */
+        if (p->inplace)
+            st_place(&p->out, kind == IALLTOALL ? 0 : me * n * sz, p->in.host, len * sz);
+        const void *send = p->inplace ? MPI_IN_PLACE : p->in.mpi;
+        void *recv = p->out.mpi;
         if (kind == IALLGATHER)
-            rc = MPI_Iallgather(p->inplace ? MPI_IN_PLACE : p->in.mpi, mpi_n, t->type, p->out.mpi,
-                                mpi_n, t->type, comm, &req);
+            rc = MPI_Iallgather(send, mpi_n, t->type, recv, mpi_n, t->type, comm, &req);
+        else if (kind == IGATHER)
+            rc = MPI_Igather(send, mpi_n, t->type, recv, mpi_n, t->type, root, comm, &req);
         else
-            rc = MPI_Igather(p->inplace ? MPI_IN_PLACE : p->in.mpi, mpi_n, t->type, p->out.mpi,
-                             mpi_n, t->type, root, comm, &req);
+            rc = MPI_Ialltoall(send, mpi_n, t->type, recv, mpi_n, t->type, comm, &req);
         break;
-    case IALLTOALL:
-        p->in = st_buf_new(total * sz);
-        st_fill(t, OP_BXOR, p->seed, me, 0, p->in.host, total);
-        st_push(&p->in);
-        p->out = st_buf_new(total * sz);
-        st_poison(&p->out);
-        if (p->inplace) {
-            memcpy(p->out.host, p->in.host, total * sz);
-            st_push(&p->out);
-        }
-        rc = MPI_Ialltoall(p->inplace ? MPI_IN_PLACE : p->in.mpi, mpi_n, t->type, p->out.mpi,
-                           mpi_n, t->type, comm, &req);
-        break;
+    }
     case ISCATTER:
-        p->in = st_buf_new(am_root ? total * sz : 0);
-        if (am_root) {
-            st_fill(t, OP_BXOR, p->seed, root, 0, p->in.host, total);
-            st_push(&p->in);
-        }
-        p->out = st_buf_new(n * sz);
-        st_poison(&p->out);
+        p->in = st_input(t, OP_BXOR, p->seed, root, 0, am_root ? total : 0);
+        p->out = st_buf_poisoned(n * sz);
         rc = MPI_Iscatter(p->in.mpi, mpi_n, t->type, p->inplace ? MPI_IN_PLACE : p->out.mpi,
                           mpi_n, t->type, root, comm, &req);
         break;
@@ -336,14 +305,6 @@ static void complete(int method, int k, MPI_Request *reqs, MPI_Status *stat, con
     free(tmp);
 }
 
-static const struct st_type *type_named(const char *name)
-{
-    for (int k = 0; k < st_ntypes; k++)
-        if (!strcmp(st_types[k].name, name))
-            return &st_types[k];
-    return NULL;
-}
-
 /* One batch: every nonblocking collective (two on the duplicate), a
  * point-to-point exchange, a cancelled receive and a null request, started
  * together and completed with `method`. */
@@ -359,22 +320,22 @@ static void batch(int method, size_t n, MPI_Comm world, MPI_Comm dup, unsigned v
     const char *m = method_names[method];
     int k = 0;
     for (int kind = IALLREDUCE; kind <= ISCATTER; kind++) {
-        const struct st_type *t = type_named(types[(kind + variant) % 8]);
+        const struct st_type *t = st_type_named(types[(kind + variant) % 8]);
         int op = ops[(kind + 3 * variant) % 8];
         while (!st_op_valid(t, op))
             op = (op + 1) % OP_COUNT;
         reqs[k] = start(&p[k], kind, world, "world", t, op, n, (int)((kind + variant) % 2), m);
         k++;
     }
-    reqs[k] = start(&p[k], P2P_RECV, world, "world", type_named("DOUBLE"), 0, n + 3, 0, m);
+    reqs[k] = start(&p[k], P2P_RECV, world, "world", st_type_named("DOUBLE"), 0, n + 3, 0, m);
     k++;
-    reqs[k] = start(&p[k], IALLREDUCE, dup, "dup", type_named("INT"), OP_SUM, n, 0, m);
+    reqs[k] = start(&p[k], IALLREDUCE, dup, "dup", st_type_named("INT"), OP_SUM, n, 0, m);
     k++;
     reqs[k] = start(&p[k], CANCELLED, world, "world", NULL, 0, 0, 0, m);
     k++;
     reqs[k] = start(&p[k], NULLREQ, world, "world", NULL, 0, 0, 0, m);
     k++;
-    reqs[k] = start(&p[k], IBCAST, dup, "dup", type_named("CHAR"), 0, n, 0, m);
+    reqs[k] = start(&p[k], IBCAST, dup, "dup", st_type_named("CHAR"), 0, n, 0, m);
     k++;
     char what[120];
     snprintf(what, sizeof what, "%s of %d requests, n=%zu", m, k, n);

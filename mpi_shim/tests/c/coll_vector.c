@@ -65,66 +65,33 @@ static void check_all(const char *label, const struct st_type *t, struct st_buf 
             i / t->size, ((unsigned char *)out->host)[i], (unsigned char)exp[i]);
 }
 
-static void t_allgatherv(MPI_Comm comm, const struct st_type *t, size_t n, int inplace)
+/* MPI_Allgatherv, or MPI_Gatherv (`rooted`; the root turns with each case). */
+static void t_gatherv(MPI_Comm comm, const struct st_type *t, size_t n, int inplace, int rooted)
 {
     int me, np;
     MPI_Comm_rank(comm, &me);
     MPI_Comm_size(comm, &np);
     uint64_t seed = next_seed++;
-    char label[160];
-    snprintf(label, sizeof label, "Allgatherv %s n=%zu%s", t->name, n, inplace ? " in-place" : "");
+    int root = rooted ? (int)(turn++ % (unsigned)np) : -1, am_root = !rooted || me == root;
+    char label[160], at[24] = "";
+    if (rooted)
+        snprintf(at, sizeof at, " root=%d", root);
+    snprintf(label, sizeof label, "%s %s n=%zu%s%s", rooted ? "Gatherv" : "Allgatherv", t->name,
+             n, inplace ? " in-place" : "", at);
     int *counts = malloc(sizeof(int) * np), *displs = malloc(sizeof(int) * np);
     for (int r = 0; r < np; r++)
-        counts[r] = count_of(n, r, 0, 1);
+        counts[r] = rooted ? count_of(n, r, root, 0) : count_of(n, r, 0, 1);
     size_t span = layout(np, counts, displs);
-    char *exp = malloc(span * t->size);
-    expect_blocks(t, seed, np, counts, displs, span, exp, -1, 0, 0);
-    struct st_buf in = st_buf_new((size_t)counts[me] * t->size);
-    st_fill(t, MOVE, seed, me, 0, in.host, (size_t)counts[me]);
-    st_push(&in);
-    struct st_buf out = st_buf_new(span * t->size);
-    st_poison(&out);
-    if (inplace) {
-        memcpy((char *)out.host + (size_t)displs[me] * t->size, in.host, in.bytes);
-        st_push(&out);
-    }
-    int rc = MPI_Allgatherv(inplace ? MPI_IN_PLACE : in.mpi, counts[me], t->type, out.mpi, counts,
-                            displs, t->type, comm);
-    if (st_ok(rc, label))
-        check_all(label, t, &out, exp, span);
-    free(exp);
-    free(counts);
-    free(displs);
-    st_buf_free(&in);
-    st_buf_free(&out);
-}
-
-static void t_gatherv(MPI_Comm comm, const struct st_type *t, size_t n, int inplace)
-{
-    int me, np;
-    MPI_Comm_rank(comm, &me);
-    MPI_Comm_size(comm, &np);
-    uint64_t seed = next_seed++;
-    int root = (int)(turn++ % (unsigned)np), am_root = me == root;
-    char label[160];
-    snprintf(label, sizeof label, "Gatherv %s n=%zu%s root=%d", t->name, n,
-             inplace ? " in-place" : "", root);
-    int *counts = malloc(sizeof(int) * np), *displs = malloc(sizeof(int) * np);
-    for (int r = 0; r < np; r++)
-        counts[r] = count_of(n, r, root, 0);
-    size_t span = layout(np, counts, displs);
-    struct st_buf in = st_buf_new((size_t)counts[me] * t->size);
-    st_fill(t, MOVE, seed, me, 0, in.host, (size_t)counts[me]);
-    st_push(&in);
-    struct st_buf out = st_buf_new(am_root ? span * t->size : 0);
-    st_poison(&out);
+    struct st_buf in = st_input(t, MOVE, seed, me, 0, (size_t)counts[me]);
+    struct st_buf out = st_buf_poisoned(am_root ? span * t->size : 0);
     int ip = inplace && am_root;
-    if (ip) {
-        memcpy((char *)out.host + (size_t)displs[me] * t->size, in.host, in.bytes);
-        st_push(&out);
-    }
-    int rc = MPI_Gatherv(ip ? MPI_IN_PLACE : in.mpi, counts[me], t->type, am_root ? out.mpi : NULL,
-                         counts, displs, t->type, root, comm);
+    if (ip)
+        st_place(&out, (size_t)displs[me] * t->size, in.host, in.bytes);
+    const void *send = ip ? MPI_IN_PLACE : in.mpi;
+    int rc = rooted ? MPI_Gatherv(send, counts[me], t->type, am_root ? out.mpi : NULL, counts,
+                                  displs, t->type, root, comm)
+                    : MPI_Allgatherv(send, counts[me], t->type, out.mpi, counts, displs, t->type,
+                                     comm);
     if (st_ok(rc, label) && am_root) {
         char *exp = malloc(span * t->size);
         expect_blocks(t, seed, np, counts, displs, span, exp, -1, 0, 0);
@@ -157,8 +124,7 @@ static void t_scatterv(MPI_Comm comm, const struct st_type *t, size_t n, int inp
         st_push(&in);
     }
     size_t mine = (size_t)counts[me];
-    struct st_buf out = st_buf_new(mine * t->size + GAP * t->size);
-    st_poison(&out);
+    struct st_buf out = st_buf_poisoned(mine * t->size + GAP * t->size);
     int rc = MPI_Scatterv(am_root ? in.mpi : NULL, counts, displs, t->type,
                           ip ? MPI_IN_PLACE : out.mpi, counts[me], t->type, root, comm);
     if (st_ok(rc, label) && !ip) {
@@ -193,8 +159,7 @@ static void t_alltoallv(MPI_Comm comm, const struct st_type *t, size_t n, int in
     struct st_buf in = st_buf_new(sspan * t->size);
     expect_blocks(t, seed, np, sc, sd, sspan, in.host, me, BLOCK_STRIDE, 0);
     st_push(&in);
-    struct st_buf out = st_buf_new(rspan * t->size);
-    st_poison(&out);
+    struct st_buf out = st_buf_poisoned(rspan * t->size);
     if (inplace) {
         /* in place, the send data sits in the receive layout */
         expect_blocks(t, seed, np, rc_, rd, rspan, out.host, me, BLOCK_STRIDE, 0);
@@ -220,8 +185,8 @@ static void t_alltoallv(MPI_Comm comm, const struct st_type *t, size_t n, int in
 
 static void all_forms(MPI_Comm comm, const struct st_type *t, size_t n, int inplace)
 {
-    t_allgatherv(comm, t, n, inplace);
-    t_gatherv(comm, t, n, inplace);
+    t_gatherv(comm, t, n, inplace, 0);
+    t_gatherv(comm, t, n, inplace, 1);
     t_scatterv(comm, t, n, inplace);
     t_alltoallv(comm, t, n, inplace);
 }

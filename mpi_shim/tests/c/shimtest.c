@@ -65,6 +65,14 @@ static void init_types(void)
     memcpy(st_types, t, sizeof t);
 }
 
+const struct st_type *st_type_named(const char *name)
+{
+    for (int k = 0; k < st_ntypes; k++)
+        if (!strcmp(st_types[k].name, name))
+            return &st_types[k];
+    return NULL;
+}
+
 static const struct st_type *type_of(MPI_Datatype dt)
 {
     for (int k = 0; k < st_ntypes; k++)
@@ -285,4 +293,27 @@ void st_poison(struct st_buf *b)
         st_dev_memset(b->mpi, ST_POISON, b->bytes);
     else
         memset(b->mpi, ST_POISON, b->bytes);
+}
+
+struct st_buf st_buf_poisoned(size_t bytes)
+{
+    struct st_buf b = st_buf_new(bytes);
+    st_poison(&b);
+    return b;
+}
+
+void st_place(struct st_buf *b, size_t off, const void *src, size_t bytes)
+{
+    if (bytes)
+        memcpy((char *)b->host + off, src, bytes);
+    st_push_range(b, off, bytes);
+}
+
+struct st_buf st_input(const struct st_type *t, int op, uint64_t seed, int r, size_t first,
+                       size_t n)
+{
+    struct st_buf b = st_buf_new(n * t->size);
+    st_fill(t, op, seed, r, first, b.host, n);
+    st_push(&b);
+    return b;
 }

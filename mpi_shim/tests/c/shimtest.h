@@ -66,6 +66,11 @@ void st_pull_range(struct st_buf *b, size_t off, size_t bytes);
 /* Fill both the MPI buffer and the mirror with the poison byte. */
 void st_poison(struct st_buf *b);
 #define ST_POISON 0xA5
+/* A poisoned buffer of `bytes` (a receive buffer). */
+struct st_buf st_buf_poisoned(size_t bytes);
+/* Copy `bytes` from src into the buffer at byte `off`, mirror and MPI side
+ * (an in-place call's own data). */
+void st_place(struct st_buf *b, size_t off, const void *src, size_t bytes);
 
 /* ---- element types and operations ---------------------------------- */
 
@@ -85,6 +90,8 @@ struct st_type {
 };
 extern struct st_type st_types[];
 extern int st_ntypes;
+/* The type of st_types named `name` ("FLOAT", ...), NULL if none. */
+const struct st_type *st_type_named(const char *name);
 
 enum st_opid {
     OP_SUM, OP_PROD, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR,
@@ -115,6 +122,9 @@ int st_same(const struct st_type *t, st_val a, st_val b);
 /* Fill p[0..n) with rank r's input elements first..first+n. */
 void st_fill(const struct st_type *t, int op, uint64_t seed, int r, size_t first,
              void *p, size_t n);
+/* A send buffer holding rank r's input elements first..first+n. */
+struct st_buf st_input(const struct st_type *t, int op, uint64_t seed, int r, size_t first,
+                       size_t n);
 /* The reduction over ranks 0..nranks-1 (in rank order) of element i. */
 st_val st_reduce_elem(const struct st_type *t, int op, uint64_t seed, int nranks,
                       size_t i);

@@ -380,6 +380,20 @@ pub fn summary(stdout: &str) -> Option<(u64, u64)> {
     ))
 }
 
+/// The blocking collectives whose calls the programs make on predefined
+/// types and ops: in host routing mode, each must be logged as routed to
+/// gpucoll.
+pub const BLOCKING_ROUTED: &[&str] = &[
+    "MPI_Allreduce",
+    "MPI_Reduce",
+    "MPI_Bcast",
+    "MPI_Allgather",
+    "MPI_Reduce_scatter_block",
+    "MPI_Alltoall",
+    "MPI_Gather",
+    "MPI_Scatter",
+];
+
 /// Checks every run of a self-checking program must pass: exit 0, a
 /// summary with passes and no failures, and in the routing modes (with more
 /// than one rank: a shim may leave single-rank communicators to MPI) the
