@@ -352,9 +352,17 @@ impl HostBackend {
         // Several nodes: the NET hop and the rail measured, not guessed.
         let (inter, rail) = match rails.first() {
             Some(r) => {
+                let t = std::time::Instant::now();
                 let m = calibrate::agree(&mpi, calibrate::measure(r)?)?;
                 let costs = calibrate::costs(&m, topo.nnodes());
-                tracing::info!(rank, ?m, inter = ?costs.0, rail = ?costs.1, "inter-node costs measured");
+                tracing::info!(
+                    rank,
+                    ms = t.elapsed().as_secs_f64() * 1e3,
+                    ?m,
+                    inter = ?costs.0,
+                    rail = ?costs.1,
+                    "inter-node costs measured"
+                );
                 costs
             }
             None => (links::MPI_NET, links::MPI_RAIL),
