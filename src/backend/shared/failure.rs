@@ -196,6 +196,20 @@ mod tests {
     use super::super::shm::{segment_name, Mapping, SegOwner, CONTROL_BYTES};
     use super::*;
 
+    /// Three unlinked control blocks of one test node (`tag_hi` keeps the
+    /// tests' names apart).
+    fn segments(owner: SegOwner, tag_hi: u64) -> Vec<Mapping> {
+        let tag = tag_hi | std::process::id() as u64;
+        (0..3)
+            .map(|l| {
+                let name = segment_name(owner, std::process::id(), tag, l);
+                let mut m = Mapping::create(&name, CONTROL_BYTES).unwrap();
+                m.unlink().unwrap();
+                m
+            })
+            .collect()
+    }
+
     #[test]
     fn first_failure_wins() {
         let f = Failure::default();
@@ -211,16 +225,7 @@ mod tests {
 
     #[test]
     fn a_failure_reaches_the_node() {
-        let tag = 0xfa11_0000_0000_0000 | std::process::id() as u64;
-        let mut segs: Vec<Mapping> = (0..3)
-            .map(|l| {
-                let name = segment_name(SegOwner::Host, std::process::id(), tag, l);
-                Mapping::create(&name, CONTROL_BYTES).unwrap()
-            })
-            .collect();
-        for s in &mut segs {
-            s.unlink().unwrap();
-        }
+        let segs = segments(SegOwner::Host, 0xfa11_0000_0000_0000);
         let node = |local_rank| NodeSegments {
             segs: &segs,
             local_rank,
@@ -240,16 +245,7 @@ mod tests {
 
     #[test]
     fn a_failure_of_later_calls_lets_earlier_ones_finish() {
-        let tag = 0xfa13_0000_0000_0000 | std::process::id() as u64;
-        let mut segs: Vec<Mapping> = (0..3)
-            .map(|l| {
-                let name = segment_name(SegOwner::Host, std::process::id(), tag, l);
-                Mapping::create(&name, CONTROL_BYTES).unwrap()
-            })
-            .collect();
-        for s in &mut segs {
-            s.unlink().unwrap();
-        }
+        let segs = segments(SegOwner::Host, 0xfa13_0000_0000_0000);
         let node = |local_rank| NodeSegments {
             segs: &segs,
             local_rank,
@@ -279,16 +275,7 @@ mod tests {
 
     #[test]
     fn new_work_stops_at_the_first_failure_of_the_node() {
-        let tag = 0xfa12_0000_0000_0000 | std::process::id() as u64;
-        let mut segs: Vec<Mapping> = (0..3)
-            .map(|l| {
-                let name = segment_name(SegOwner::Cuda, std::process::id(), tag, l);
-                Mapping::create(&name, CONTROL_BYTES).unwrap()
-            })
-            .collect();
-        for s in &mut segs {
-            s.unlink().unwrap();
-        }
+        let segs = segments(SegOwner::Cuda, 0xfa12_0000_0000_0000);
         let node = |local_rank| NodeSegments {
             segs: &segs,
             local_rank,
