@@ -184,8 +184,18 @@ fn collnet_us(
     let rail_bw = positive(caps.rail.bandwidth_gbs * nch);
     let rail = caps.rail.latency_us.max(0.0) * log2_ceil(shape.nnodes).max(1) as f64
         + 2.0 * shard / (1000.0 * rail_bw);
-    Some(caps.launch_us.max(0.0) + intra + rail)
+    Some((caps.launch_us.max(0.0) + intra + rail) * COLLNET_MARGIN)
 }
+
+/// collnet's estimate is raised by this factor. Its phases do not overlap
+/// within a channel (reduce-scatter, then MPI, then all-gather), which the
+/// model does not see, and its inputs are measured at creation (noisy on a
+/// busy node: on a 2-core machine with 4 ranks the measured ratio of rail
+/// to point-to-point cost varied 1.2-2x between runs). So the work goes to
+/// MPI only where MPI's all_reduce measures several times cheaper than
+/// gpucoll's own path, which is what offloaded collectives deliver; where
+/// the two are about equal, the ring or tree stays.
+const COLLNET_MARGIN: f64 = 3.0;
 
 /// Estimated time in µs of a one-shot all_reduce of `bytes`, or `None`
 /// where it cannot run: across nodes, in a protocol it does not speak, or

@@ -436,7 +436,7 @@ mod tests {
     }
 
     #[test]
-    fn collnet_only_when_forced_with_even_nodes_and_rails() {
+    fn collnet_when_forced_or_clearly_cheaper() {
         let host_like = |collnet: bool| BackendCaps {
             intra: crate::tune::caps::links::HOST_SHM,
             inter: crate::tune::caps::links::MPI_NET,
@@ -454,6 +454,21 @@ mod tests {
                 Algorithm::CollNet
             );
         }
+        // An MPI whose all_reduce is far cheaper (offloaded) takes over
+        // where the inter-node part dominates (one rank per node).
+        let offloaded = BackendCaps {
+            rail: LinkCost {
+                latency_us: 2.0,
+                bandwidth_gbs: 200.0,
+            },
+            ..host_like(true)
+        };
+        let one_per_node = Topology::from_node_keys(0, &[0, 1, 2, 3]);
+        let t = Tuner::new(&one_per_node, &offloaded, &Config::default());
+        assert_eq!(
+            t.choose(&task(CollKind::AllReduce, 1 << 26)).algorithm,
+            Algorithm::CollNet
+        );
         let forced = Config {
             algo: Some(Algorithm::CollNet),
             ..Config::default()
