@@ -53,6 +53,13 @@ fn cases() -> Vec<Case> {
             .env("GPUCOLL_TIMEOUT", "300")
             .survivors("DEADPEER ok", 2)
             .timeout(90),
+        // The same with every rank on its own simulated node: the dead
+        // rank is on "another node" but on this host, and is still seen.
+        Case::new("dead_peer::n3_sim3", 3, "dead_peer")
+            .env("GPUCOLL_TIMEOUT", "300")
+            .env("GPUCOLL_SIM_NODES", "3")
+            .survivors("DEADPEER ok", 2)
+            .timeout(90),
     ];
     for (name, var, val) in [
         ("algo_bogus", "GPUCOLL_ALGO", "bogus"),

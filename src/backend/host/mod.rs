@@ -44,6 +44,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use worker::{Pending, Worker};
 
+/// This machine's identity for the setup exchange: a hash of MPI's
+/// processor name (the host name), the same for every process of the host
+/// whatever node `GPUCOLL_SIM_NODES` or `GPUCOLL_NODE_ID` put it in.
+fn host_key() -> Result<u64> {
+    let name = crate::mpi::processor_name()?;
+    // FNV-1a: stable across processes (std's hasher is randomly seeded).
+    Ok(name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    }))
+}
+
 /// Most channels a plan may use on this backend.
 pub const MAX_CHANNELS: usize = 4;
 /// Default bytes per FIFO slot (`GPUCOLL_HOST_SLOT_BYTES` overrides).
@@ -272,16 +283,22 @@ impl HostBackend {
             .map_or(DEFAULT_SLOT_BYTES, |b| b.min(1 << 30) as usize);
         let slot = shm::choose_slot_bytes(requested, FIFO_SLOTS, MAX_CHANNELS, max_local);
         let pid = std::process::id();
-        let mine: Vec<u8> = [pid as u64, random_tag(), slot as u64, MAX_CHANNELS as u64]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
+        let mine: Vec<u8> = [
+            pid as u64,
+            random_tag(),
+            slot as u64,
+            MAX_CHANNELS as u64,
+            host_key()?,
+        ]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
         let all = mpi.allgather_bytes(&mine)?;
         let word = |r: usize, i: usize| {
-            let o = r * 32 + i * 8;
+            let o = r * 40 + i * 8;
             u64::from_le_bytes(all[o..o + 8].try_into().expect("8 bytes"))
         };
-        if all.len() != 32 * nranks {
+        if all.len() != 40 * nranks {
             return Err(Error::Backend(
                 "host backend setup exchange was truncated".into(),
             ));
@@ -372,10 +389,13 @@ impl HostBackend {
                 let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
                 cores / node.len().max(1) >= 2
             });
-        let peers = node
-            .iter()
-            .filter(|&&r| r != rank)
-            .map(|&r| (r, pids[r]))
+        // Every rank on this machine is watched, not only this (possibly
+        // simulated) node's: a process that dies on the same host is seen
+        // at once, whichever node it is counted in.
+        let host = word(rank, 4);
+        let peers = (0..nranks)
+            .filter(|&r| r != rank && word(r, 4) == host)
+            .map(|r| (r, pids[r]))
             .collect();
         let inner = Arc::new(Inner {
             rank,
