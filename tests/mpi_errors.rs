@@ -724,6 +724,10 @@ fn scenario_mismatch_nocheck(world: &Communicator, fails: &mut Vec<String>) {
             |e| matches!(e, Error::CommunicatorFailed(_)),
         );
     }
+    // Ranks that only learn of the failure by their own timeout (those on
+    // another simulated node) leave the call GPUCOLL_TIMEOUT later: MPI's
+    // barrier (no timeout) lines everyone up before the world is used.
+    ok(mpi::barrier(world), "ref barrier");
     still_works(world, "world after count mismatch", fails);
     // (b) different collectives with the same byte count
     {
@@ -781,6 +785,7 @@ fn scenario_mismatch_nocheck(world: &Communicator, fails: &mut Vec<String>) {
             |e| matches!(e, Error::CommunicatorFailed(_)) || (!first_failed && is_fatal_peer(e)),
         );
     }
+    ok(mpi::barrier(world), "ref barrier");
     still_works(world, "world after collective mismatch", fails);
 }
 

@@ -591,6 +591,17 @@ impl MpiComm {
     }
 }
 
+impl MpiComm {
+    /// Let go of the handle without freeing the communicator. After a
+    /// failed collective, peers' messages may still be on their way to it;
+    /// freed, its context id can be given to the next communicator created,
+    /// and Open MPI then matches those stale messages into it (a crash in
+    /// `mca_pml_ob1_add_comm` was seen). The MPI runtime is still released.
+    pub(crate) fn abandon(mut self) {
+        self.owned = false;
+    }
+}
+
 impl Drop for MpiComm {
     fn drop(&mut self) {
         if !self.owned || !is_usable() {

@@ -528,3 +528,16 @@ impl Drop for HostBackend {
         }
     }
 }
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // A failed communicator's inter-node traffic may still be arriving:
+        // its MPI communicators are abandoned, not freed (see `abandon`).
+        if self.failure.is_set() {
+            self.rails.drain(..).for_each(MpiComm::abandon);
+            if let Some(c) = self.comm.take() {
+                c.abandon();
+            }
+        }
+    }
+}

@@ -50,14 +50,25 @@ impl PeerLiveness {
         {
             return None;
         }
-        self.peers
+        // Every dead peer is named: when a survivor that saw the first
+        // death has exited too by the time we look, the first stays named.
+        let dead: Vec<String> = self
+            .peers
             .iter()
-            .find(|&&(_, pid)| !process_running(pid))
-            .map(|&(rank, pid)| {
-                Error::PeerFailed(format!(
-                    "rank {rank} (pid {pid}, on this node) died: its process is gone"
-                ))
-            })
+            .filter(|&&(_, pid)| !process_running(pid))
+            .map(|&(rank, pid)| format!("rank {rank} (pid {pid}, on this host)"))
+            .collect();
+        match dead.len() {
+            0 => None,
+            1 => Some(Error::PeerFailed(format!(
+                "{} died: its process is gone",
+                dead[0]
+            ))),
+            _ => Some(Error::PeerFailed(format!(
+                "{} died: their processes are gone",
+                dead.join(" and ")
+            ))),
+        }
     }
 }
 
@@ -104,6 +115,20 @@ mod tests {
         child.wait().unwrap();
         assert!(!process_running(pid));
         assert!(process_running(me));
+        // Several dead peers are all named.
+        let mut a = std::process::Command::new("true").spawn().unwrap();
+        let mut b = std::process::Command::new("true").spawn().unwrap();
+        let (pa, pb) = (a.id(), b.id());
+        a.wait().unwrap();
+        b.wait().unwrap();
+        let both = PeerLiveness::new(vec![(3, pa), (0, me), (5, pb)]);
+        match both.dead() {
+            Some(Error::PeerFailed(r)) => assert!(
+                r.contains("rank 3") && r.contains("rank 5") && !r.contains("rank 0"),
+                "{r}"
+            ),
+            other => panic!("expected PeerFailed naming ranks 3 and 5, got {other:?}"),
+        }
         let alive = PeerLiveness::new(vec![(0, me)]);
         assert!(alive.dead().is_none());
         // Rate limited: a second look right after the first returns None.
