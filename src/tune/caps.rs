@@ -61,12 +61,14 @@ pub(crate) mod links {
     /// 2×H200 (NV18): 64 channels reach ≈ 330 GB/s on a 1 GiB ring
     /// all_reduce, so a channel's share is ≈ 5.2 GB/s; a piece costs ≈ 3 µs
     /// of flags.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) const CUDA_P2P: LinkCost = LinkCost {
         latency_us: 3.0,
         bandwidth_gbs: 5.5,
     };
 
     /// GPU FIFOs in registered host shared memory (no peer access).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) const CUDA_SHM: LinkCost = LinkCost {
         latency_us: 6.0,
         bandwidth_gbs: 5.0,
@@ -93,5 +95,6 @@ pub(crate) mod links {
     pub(crate) const HOST_LAUNCH_US: f64 = 5.0;
 
     /// Launching the CUDA backend's kernels for one submission (µs).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) const CUDA_LAUNCH_US: f64 = 6.0;
 }

@@ -93,6 +93,7 @@ impl<S: AsRef<Mapping>> NodeSegments<'_, S> {
     /// Record `reason` in `failure` and, if it is the first, publish it:
     /// our reason in our own segment, our abort word in every local
     /// segment. Whether this call recorded the failure.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn fail(&self, failure: &Failure, reason: String) -> bool {
         self.fail_at(failure, reason, None)
     }
@@ -111,6 +112,7 @@ impl<S: AsRef<Mapping>> NodeSegments<'_, S> {
 
     /// Publish a failure of every call to the node (without recording it
     /// anywhere).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn publish(&self, reason: &str) {
         self.publish_at(reason, None)
     }
@@ -178,6 +180,7 @@ impl<S: AsRef<Mapping>> NodeSegments<'_, S> {
     /// failure or abort gives `CommunicatorFailed`; a local peer's raised
     /// abort word gives `PeerFailed` and fails us too, so that no launch
     /// completes from what the failed peer had pushed before it gave up.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn start_error(&self, failure: &Failure, pending: Option<Error>) -> Option<Error> {
         if let Some(e) = pending {
             self.fail(failure, e.to_string());
