@@ -283,42 +283,8 @@ fn worker(scenario: &str) -> std::result::Result<(), String> {
 // The matrix scenario
 // ---------------------------------------------------------------------------
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Coll {
-    AllReduce,
-    Reduce,
-    Broadcast,
-    AllGather,
-    ReduceScatter,
-    AllToAll,
-    Gather,
-    Scatter,
-}
-
-impl Coll {
-    fn parse(s: &str) -> Coll {
-        match s {
-            "all_reduce" => Coll::AllReduce,
-            "reduce" => Coll::Reduce,
-            "broadcast" => Coll::Broadcast,
-            "all_gather" => Coll::AllGather,
-            "reduce_scatter" => Coll::ReduceScatter,
-            "all_to_all" => Coll::AllToAll,
-            "gather" => Coll::Gather,
-            "scatter" => Coll::Scatter,
-            _ => fail_now(&format!("unknown collective {s}")),
-        }
-    }
-    fn reduces(self) -> bool {
-        matches!(self, Coll::AllReduce | Coll::Reduce | Coll::ReduceScatter)
-    }
-    fn rooted(self) -> bool {
-        matches!(
-            self,
-            Coll::Reduce | Coll::Broadcast | Coll::Gather | Coll::Scatter
-        )
-    }
-}
+// The collectives are gpucoll's own `CollKind` (parse, reduces, rooted).
+use gpucoll::CollKind as Coll;
 
 struct Ctx<'c> {
     world: &'c Communicator,
@@ -351,7 +317,7 @@ fn scenario_coll(world: &Communicator) -> std::result::Result<(), String> {
     let colls: Vec<Coll> = param("colls")
         .unwrap_or(ALL_COLLS.into())
         .split(',')
-        .map(Coll::parse)
+        .map(|s| Coll::parse(s).unwrap_or_else(|| fail_now(&format!("unknown collective {s}"))))
         .collect();
     let dtypes: Vec<String> = param("dtypes")
         .unwrap_or(ALL_DTYPES.into())

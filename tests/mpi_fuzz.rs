@@ -28,28 +28,9 @@ fn main() {
     main_with(cases(), worker)
 }
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Kind {
-    AllReduce,
-    Reduce,
-    Broadcast,
-    AllGather,
-    ReduceScatter,
-    AllToAll,
-    Gather,
-    Scatter,
-}
+use gpucoll::CollKind as Kind;
 
-const KINDS: [Kind; 8] = [
-    Kind::AllReduce,
-    Kind::Reduce,
-    Kind::Broadcast,
-    Kind::AllGather,
-    Kind::ReduceScatter,
-    Kind::AllToAll,
-    Kind::Gather,
-    Kind::Scatter,
-];
+const KINDS: [Kind; 8] = Kind::ALL;
 
 /// A byte buffer with poisoned guards on both sides; `at(off)` is the
 /// address `off` bytes into the payload.
