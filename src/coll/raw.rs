@@ -494,8 +494,11 @@ impl Communicator {
 
     /// The communicator's failure, if it has one: an error of a collective
     /// queued on a CUDA stream that the watchdog found (a timeout, a peer's
-    /// failure, a protocol mismatch), or `CommunicatorFailed` after any
-    /// fatal error (like `ncclCommGetAsyncError`). `Ok(())` while healthy.
+    /// failure, a protocol mismatch), a peer process of this node that died
+    /// while collectives captured into a CUDA graph may be replaying (looked
+    /// at every 100 ms once the communicator captured work), or
+    /// `CommunicatorFailed` after any fatal error (like
+    /// `ncclCommGetAsyncError`). `Ok(())` while healthy.
     pub fn async_error(&self) -> Result<()> {
         self.inner_checked()?.engine.async_error()
     }

@@ -8,6 +8,7 @@
 //! rank's index among the processes of its host (`bringup`).
 
 use super::driver::CUstream;
+use super::guard::GraphGuard;
 use super::memory::bind;
 use super::order::stream_mode;
 use super::pending::ABORT_GRACE;
@@ -26,6 +27,9 @@ pub struct CudaBackend {
     /// Work queued on callers' streams. Declared first: dropping it waits
     /// for that work (or leaks it) before `inner` can be torn down.
     watchdog: Watchdog,
+    /// Watches the peers once work was captured into a graph; joined
+    /// before `inner` is dropped.
+    guard: GraphGuard,
     inner: Arc<Inner>,
     caps: BackendCaps,
 }
@@ -34,6 +38,7 @@ impl CudaBackend {
     pub(super) fn from_parts(inner: Arc<Inner>, caps: BackendCaps) -> CudaBackend {
         CudaBackend {
             watchdog: Watchdog::default(),
+            guard: GraphGuard::default(),
             inner,
             caps,
         }
@@ -106,6 +111,8 @@ impl Backend for CudaBackend {
         // completed on the caller's stream.
         let p = unsafe { self.inner.submit(launch, false)? };
         if p.done.is_some() {
+            // Captured into a graph: its replays are watched by the guard.
+            self.guard.start(&self.inner)?;
             return Ok(());
         }
         let mut clock = self.inner.profile.clock();
@@ -120,7 +127,12 @@ impl Backend for CudaBackend {
     }
 
     fn async_error(&self) -> Option<Error> {
-        self.watchdog.error()
+        // The node's failure too: work the watchdog has not polled since
+        // the abort word went up may already have left the stream.
+        self.watchdog
+            .error()
+            .or_else(|| self.guard.error())
+            .or_else(|| self.inner.state_error())
     }
 
     fn device(&self) -> Option<i32> {

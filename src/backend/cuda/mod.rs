@@ -30,6 +30,7 @@
 //! | `order.rs` | order of submissions across streams; caller-stream checks |
 //! | `pending.rs` | `CudaPending`: completion, progress, timeout, abort |
 //! | `watchdog.rs` | the thread that completes work queued on callers' streams |
+//! | `guard.rs` | the thread that watches the node's peers once work was captured into a graph |
 //! | `handles.rs` | owning driver handles (module, stream, event, IPC mapping, host registration) |
 //! | `driver.rs` | the driver API wrappers; result codes to `Error::Cuda`/`Error::OutOfMemory` |
 //! | `memory.rs` | contexts, device/pinned memory, [`DeviceBuffer`] |
@@ -58,6 +59,7 @@ mod bringup;
 mod cache;
 mod caps;
 pub(crate) mod driver;
+mod guard;
 mod handles;
 mod launch;
 mod layout;

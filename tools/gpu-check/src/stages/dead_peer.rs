@@ -1,16 +1,40 @@
 //! `--stage dead_peer` (3 ranks or more, under `mpirun --enable-recovery`):
-//! the last rank aborts (SIGABRT) between blocking all_reduces on
-//! device buffers; every survivor must get an error naming it within 2 s,
-//! with the default `GPUCOLL_TIMEOUT`. No MPI verdict (a rank is gone):
-//! each survivor prints one `DEADPEER ok` or `DEADPEER FAIL` line and exits
+//! the last rank dies while the others keep issuing all_reduces on device
+//! buffers; every survivor must get an error naming it within 2 s, with
+//! the default `GPUCOLL_TIMEOUT`. No MPI verdict (a rank is gone): each
+//! survivor prints one `DEADPEER ok` or `DEADPEER FAIL` line and exits
 //! after freeing its communicator, without finalizing MPI.
+//!
+//! `GPU_DEADPEER_MODE` picks what the survivors are doing when it dies:
+//! `blocking` (blocking calls, the default), `immediate` (an immediate
+//! request, then wait), `stream` (ten calls queued on a stream, then a
+//! synchronize and `async_error`) or `graph` (a captured all_reduce
+//! replayed, then a synchronize and `async_error`). `GPU_DEADPEER_KILL`
+//! picks how it dies: `abort` (SIGABRT, the default), `kill9` (SIGKILL)
+//! or `segv` (SIGSEGV).
 
-use gpucoll::{Communicator, DeviceBuffer, ReduceOp};
+use super::vp;
+use gpucoll::request::scope;
+use gpucoll::{Communicator, CudaStream, Datatype, DeviceBuffer, ReduceOp};
 use std::time::{Duration, Instant};
+
+/// How the victim dies.
+fn die(kill: &str) -> ! {
+    let sig = match kill {
+        "kill9" => libc::SIGKILL,
+        "segv" => libc::SIGSEGV,
+        _ => std::process::abort(),
+    };
+    // SAFETY: raise only sends a signal to this process; both signals end it.
+    unsafe { libc::raise(sig) };
+    std::process::abort()
+}
 
 pub(crate) fn stage_dead_peer(world: Communicator) -> ! {
     let (rank, n) = (world.rank(), world.size());
     let victim = n - 1;
+    let mode = std::env::var("GPU_DEADPEER_MODE").unwrap_or_else(|_| "blocking".into());
+    let kill = std::env::var("GPU_DEADPEER_KILL").unwrap_or_else(|_| "abort".into());
     let Some(gpu) = world.device() else {
         println!(
             "DEADPEER FAIL rank {rank}: no GPU ({} backend)",
@@ -19,15 +43,70 @@ pub(crate) fn stage_dead_peer(world: Communicator) -> ! {
         std::process::exit(1);
     };
     let count = 16_384usize;
-    let run = || -> gpucoll::Result<DeviceBuffer<f32>> {
+    let run = || -> gpucoll::Result<()> {
         let din = DeviceBuffer::from_host(gpu, &vec![1f32; count])?;
         let mut dout = DeviceBuffer::<f32>::zeroed(gpu, count)?;
+        let stream = CudaStream::new(gpu)?;
+        let s = Some(stream.raw());
+        let graph = if mode == "graph" {
+            stream.begin_capture()?;
+            // SAFETY: din and dout outlive the graph and every replay
+            // (all end with this closure, after a synchronize).
+            let captured = unsafe {
+                world.all_reduce_raw(
+                    vp(&din),
+                    vp(&dout),
+                    count as u64,
+                    Datatype::F32,
+                    ReduceOp::Sum,
+                    s,
+                )
+            };
+            let graph = stream.end_capture();
+            captured?;
+            Some(graph?)
+        } else {
+            None
+        };
+        // One step of the survivors' work: Ok(()) when it completed.
+        let mut step = || -> gpucoll::Result<()> {
+            match mode.as_str() {
+                "immediate" => scope(|sc| {
+                    world
+                        .immediate_all_reduce_into(sc, &din, &mut dout, ReduceOp::Sum)?
+                        .wait()
+                }),
+                "stream" => {
+                    for _ in 0..10 {
+                        // SAFETY: as above; synchronized before returning.
+                        unsafe {
+                            world.all_reduce_raw(
+                                vp(&din),
+                                vp(&dout),
+                                count as u64,
+                                Datatype::F32,
+                                ReduceOp::Sum,
+                                s,
+                            )?
+                        };
+                    }
+                    stream.synchronize()?;
+                    world.async_error()
+                }
+                "graph" => {
+                    graph.as_ref().expect("captured above").launch(&stream)?;
+                    stream.synchronize()?;
+                    world.async_error()
+                }
+                _ => world.all_reduce_into(&din, &mut dout, ReduceOp::Sum),
+            }
+        };
         let mut last_ok = Instant::now();
         for i in 0u64.. {
             if rank == victim && i == 200 {
-                std::process::abort();
+                die(&kill);
             }
-            if let Err(e) = world.all_reduce_into(&din, &mut dout, ReduceOp::Sum) {
+            if let Err(e) = step() {
                 let after = last_ok.elapsed();
                 let msg = e.to_string();
                 let ok = msg.contains(&format!("rank {victim}"))
@@ -38,23 +117,25 @@ pub(crate) fn stage_dead_peer(world: Communicator) -> ! {
                     && after < Duration::from_secs(2);
                 let verdict = if ok { "DEADPEER ok" } else { "DEADPEER FAIL" };
                 println!(
-                    "{verdict} rank {rank}: error after {:.3} s: {msg}",
+                    "{verdict} rank {rank} ({mode}, victim {kill}): error after {:.3} s: {msg}",
                     after.as_secs_f64()
                 );
-                return Ok(dout);
+                // Whatever was queued is over (the kernels saw the abort).
+                let _ = stream.synchronize();
+                return Ok(());
             }
             last_ok = Instant::now();
             if i > 1_000_000 {
-                println!("DEADPEER FAIL rank {rank}: no error after {i} calls");
+                println!("DEADPEER FAIL rank {rank} ({mode}): no error after {i} calls");
                 std::process::exit(1);
             }
         }
         unreachable!("the loop ends by returning")
     };
     let code = match run() {
-        Ok(_) => 0,
+        Ok(()) => 0,
         Err(e) => {
-            println!("DEADPEER FAIL rank {rank}: setup: {e}");
+            println!("DEADPEER FAIL rank {rank} ({mode}): setup: {e}");
             1
         }
     };
