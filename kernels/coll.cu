@@ -5,7 +5,8 @@
 //   reduce.cuh       reduction arithmetic per datatype and op
 //   fifo.cuh         the connector protocol (thread 0 of a block)
 //   interpreter.cuh  the step interpreter (gc_run_*: Flow and Exchange steps)
-//   oneshot.cuh      the direct one-shot all_reduce (gc_direct_ar_*)
+//   oneshot.cuh      the direct one-shot all_reduce, all_gather, reduce_scatter
+//                    and all_to_all (gc_direct_ar_*)
 // Entry points: one kernel per datatype and path, resolved by name; signed
 // integers run on the unsigned kernel of their width (see GC_OP_SIGNED).
 #include "gpucoll.cuh"

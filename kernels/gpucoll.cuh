@@ -152,6 +152,18 @@ struct GcArgs {
 #define GC_FLAG_LL 8u
 // Direct flag: store the launch's end into GcChanStatus::done (GcArgs::notify).
 #define GC_FLAG_NOTIFY 16u
+// The collective a direct one-shot launch runs, in flags bits 8..11.
+// Every rank exchanges one segment of `count` elements with every peer:
+// all_reduce and all_gather send their whole input to each peer;
+// reduce_scatter and all_to_all send peer p the input's segment p.
+// all_reduce and reduce_scatter fold what arrives into one segment of
+// output; all_gather and all_to_all place peer p's segment at output
+// segment p.
+#define GC_DIRECT_KIND_SHIFT 8u
+#define GC_DIRECT_ALL_REDUCE 0u
+#define GC_DIRECT_ALL_GATHER 1u
+#define GC_DIRECT_REDUCE_SCATTER 2u
+#define GC_DIRECT_ALL_TO_ALL 3u
 // LL lines before the data lines of an inbox: one header line per block.
 #define GC_LL_HEADER_LINES GC_DIRECT_MAX_BLOCKS
 
@@ -174,7 +186,7 @@ struct GcDirectCtl {
 struct GcDirectArgs {
   uint64_t input;
   uint64_t output;
-  uint64_t count;       // elements
+  uint64_t count;       // elements of one segment (see GC_DIRECT_KIND_SHIFT)
   uint64_t abort_word;  // as GcArgs
   uint64_t status;      // GcChanStatus*, [block]
   double scale;
@@ -188,7 +200,7 @@ struct GcDirectArgs {
   uint32_t nranks;
   uint32_t rank;
   uint32_t op;
-  uint32_t flags;       // GC_FLAG_PRE_OP | GC_FLAG_POST_OP | GC_FLAG_LL
+  uint32_t flags;       // GC_FLAG_PRE_OP | GC_FLAG_POST_OP | GC_FLAG_LL | GC_FLAG_NOTIFY | kind << GC_DIRECT_KIND_SHIFT
   uint64_t put_data[GC_DIRECT_MAX_RANKS];  // peer p's inbox for us (parity 0)
   uint64_t put_flag[GC_DIRECT_MAX_RANKS];  // peer p's GcFlag[MAX_BLOCKS] for us (parity 0)
   uint64_t get_data[GC_DIRECT_MAX_RANKS];  // our inbox from peer p (parity 0)

@@ -1,18 +1,22 @@
-// The direct one-shot all_reduce (gc_direct_ar_* kernels) over peer memory
-// mapped with CUDA IPC: all_reduce of `count` elements, every block
+// The direct one-shot kernels (gc_direct_ar_*) over peer memory mapped with
+// CUDA IPC: all_reduce, all_gather, reduce_scatter and all_to_all of
+// segments of `count` elements (GC_DIRECT_KIND_SHIFT says which segment
+// goes to which peer and what happens to what arrives), every block
 // independent except for the launch counter:
 //  0. every block reads the epoch e = ctl.epoch + 1 (the last block to
 //     finish a launch advances ctl.epoch, so all blocks of one launch agree
 //     and a replayed graph gets a fresh epoch); parity = e & 1 selects one of
 //     two copies of every inbox and flag.
 //  Simple (GC_FLAG_LL clear):
-//  1. block b pushes its slice of pre(input) into every peer's inbox (NVLink
-//     stores), fences, then writes meta and (fenced) epoch into the peer's
-//     flag [us][b];
+//  1. block b pushes its slice of (the peer's segment of) pre(input) into
+//     every peer's inbox (NVLink stores), fences, then writes meta and
+//     (fenced) epoch into the peer's flag [us][b];
 //  2. it waits until every peer's flag [peer][b] in our memory reached e and
 //     checks its meta;
-//  3. it reduces its slice in rank order (own pre(input) at position `rank`,
-//     the inboxes elsewhere), applies the post-op and writes the output.
+//  3. reductions: it folds its slice in rank order (own pre(input) segment
+//     at position `rank`, the inboxes elsewhere), applies the post-op and
+//     writes the output; gathers: it copies its slice of every inbox (and
+//     of its own segment) to that peer's output segment.
 //  LL (GC_FLAG_LL set; small messages): the inbox's LL area holds 16-byte lines
 //  {data lo, e, data hi, e}; each 8-byte half is stored atomically, so a
 //  line whose two flags equal e carries this launch's 8 data bytes and no
@@ -30,15 +34,28 @@
 #include "primitives.cuh"
 #include "reduce.cuh"
 
+// The collective of a direct launch (GC_DIRECT_*).
+__device__ __forceinline__ uint32_t direct_kind(const GcDirectArgs& a) { return (a.flags >> GC_DIRECT_KIND_SHIFT) & 15u; }
+// Whether peer p gets the input's segment p (else the whole input).
+__device__ __forceinline__ bool direct_per_peer(uint32_t kind) {
+  return kind == GC_DIRECT_REDUCE_SCATTER || kind == GC_DIRECT_ALL_TO_ALL;
+}
+// Whether what arrives is folded (else placed at the sender's output segment).
+__device__ __forceinline__ bool direct_folds(uint32_t kind) {
+  return kind == GC_DIRECT_ALL_REDUCE || kind == GC_DIRECT_REDUCE_SCATTER;
+}
+
+// Fold packs k, k+nt, ... of this block's slice (byte offset `off`) in rank
+// order: our own segment at `own`, the peers' from their inboxes.
 template <typename T, uint32_t OP, int U>
-__device__ __forceinline__ void direct_packs(const GcDirectArgs& a, uint64_t off, uint64_t poff, uint64_t k, uint64_t nt, const GcArgs& sa) {
+__device__ __forceinline__ void direct_packs(const GcDirectArgs& a, uint64_t own, uint64_t off, uint64_t poff, uint64_t k, uint64_t nt, const GcArgs& sa) {
   const bool pre = a.flags & GC_FLAG_PRE_OP;
   uint4 acc[U];
   for (uint32_t p = 0; p < a.nranks; p++) {
     uint4 x[U];
     if (p == a.rank) {
 #pragma unroll
-      for (int u = 0; u < U; u++) x[u] = *reinterpret_cast<const uint4*>(a.input + off + (k + u * nt) * 16);
+      for (int u = 0; u < U; u++) x[u] = *reinterpret_cast<const uint4*>(own + off + (k + u * nt) * 16);
       if (pre) {
 #pragma unroll
         for (int u = 0; u < U; u++) scale_pack<T>(x[u], sa);
@@ -63,20 +80,34 @@ __device__ __forceinline__ void direct_packs(const GcDirectArgs& a, uint64_t off
   for (int u = 0; u < U; u++) *reinterpret_cast<uint4*>(a.output + off + (k + u * nt) * 16) = acc[u];
 }
 
+// Push packs k, k+nt, ... of `src` (pre-op applied) to peer `only`'s inbox,
+// or to every peer's when `only` is nranks.
 template <typename T, int U>
-__device__ __forceinline__ void direct_push(const GcDirectArgs& a, uint64_t off, uint64_t poff, uint64_t k, uint64_t nt, const GcArgs& sa) {
+__device__ __forceinline__ void direct_push(const GcDirectArgs& a, uint64_t src, uint32_t only, uint64_t off, uint64_t poff, uint64_t k, uint64_t nt, const GcArgs& sa) {
   uint4 x[U];
 #pragma unroll
-  for (int u = 0; u < U; u++) x[u] = *reinterpret_cast<const uint4*>(a.input + off + (k + u * nt) * 16);
+  for (int u = 0; u < U; u++) x[u] = *reinterpret_cast<const uint4*>(src + off + (k + u * nt) * 16);
   if (a.flags & GC_FLAG_PRE_OP) {
 #pragma unroll
     for (int u = 0; u < U; u++) scale_pack<T>(x[u], sa);
   }
   for (uint32_t p = 0; p < a.nranks; p++) {
-    if (p == a.rank) continue;
+    if (p == a.rank || (only != a.nranks && p != only)) continue;
 #pragma unroll
     for (int u = 0; u < U; u++) *reinterpret_cast<uint4*>(a.put_data[p] + poff + off + (k + u * nt) * 16) = x[u];
   }
+}
+
+// Copy packs k, k+nt, ... from `src` to `dst` (`vol`: src is a peer's inbox).
+template <int U>
+__device__ __forceinline__ void direct_copy(uint64_t src, uint64_t dst, bool vol, uint64_t k, uint64_t nt) {
+  uint4 x[U];
+#pragma unroll
+  for (int u = 0; u < U; u++)
+    x[u] = vol ? ld_vol128(reinterpret_cast<const char*>(src) + (k + u * nt) * 16)
+               : *reinterpret_cast<const uint4*>(src + (k + u * nt) * 16);
+#pragma unroll
+  for (int u = 0; u < U; u++) *reinterpret_cast<uint4*>(dst + (k + u * nt) * 16) = x[u];
 }
 
 // Record GC_ERR_ABORTED for block `b` unless an error is recorded already.
@@ -116,23 +147,33 @@ __device__ void direct_simple(const GcDirectArgs& a, uint64_t e, uint64_t poff, 
   const uint64_t per = ((a.count + gridDim.x - 1) / gridDim.x + E - 1) / E * E;
   const uint64_t lo = min(a.count, b * per), hi = min(a.count, lo + per);
   const uint64_t n = hi - lo;
-  const bool vec = ((a.input | a.output) & 15) == 0;
+  const uint32_t kind = direct_kind(a);
+  const bool per_peer = direct_per_peer(kind), folds = direct_folds(kind);
+  const uint64_t seg = a.count * sizeof(T);  // bytes of one segment
+  // Segments other than the first are 16-byte aligned only if seg is.
+  const bool vec = ((a.input | a.output | (kind == GC_DIRECT_ALL_REDUCE ? 0 : seg)) & 15) == 0;
   const bool pre = a.flags & GC_FLAG_PRE_OP;
   const uint64_t off = lo * sizeof(T);  // byte offset of this block's slice
-  // 1. push
-  uint64_t done = 0;
-  if (vec) {
-    const uint64_t npk = n / E;
-    uint64_t k = tid;
-    for (; k + 3 * nt < npk; k += 4 * nt) direct_push<T, 4>(a, off, poff, k, nt, sa);
-    for (; k < npk; k += nt) direct_push<T, 1>(a, off, poff, k, nt, sa);
-    done = npk * E;
-  }
-  for (uint64_t i = done + tid; i < n; i += nt) {
-    T v = reinterpret_cast<const T*>(a.input + off)[i];
-    if (pre) v = Arith<T>::scale(v, sa);
-    for (uint32_t p = 0; p < a.nranks; p++)
-      if (p != a.rank) reinterpret_cast<T*>(a.put_data[p] + poff + off)[i] = v;
+  const uint64_t own = a.input + (per_peer ? a.rank * seg : 0);  // our own segment
+  // 1. push (the whole input to all at once, or segment p to peer p)
+  for (uint32_t q = 0; q < (per_peer ? a.nranks : 1u); q++) {
+    if (per_peer && q == a.rank) continue;
+    const uint32_t only = per_peer ? q : a.nranks;
+    const uint64_t src = a.input + (per_peer ? q * seg : 0);
+    uint64_t done = 0;
+    if (vec) {
+      const uint64_t npk = n / E;
+      uint64_t k = tid;
+      for (; k + 3 * nt < npk; k += 4 * nt) direct_push<T, 4>(a, src, only, off, poff, k, nt, sa);
+      for (; k < npk; k += nt) direct_push<T, 1>(a, src, only, off, poff, k, nt, sa);
+      done = npk * E;
+    }
+    for (uint64_t i = done + tid; i < n; i += nt) {
+      T v = reinterpret_cast<const T*>(src + off)[i];
+      if (pre) v = Arith<T>::scale(v, sa);
+      for (uint32_t p = 0; p < a.nranks; p++)
+        if (p != a.rank && (only == a.nranks || p == only)) reinterpret_cast<T*>(a.put_data[p] + poff + off)[i] = v;
+    }
   }
   __threadfence_system();
   __syncthreads();
@@ -170,13 +211,33 @@ __device__ void direct_simple(const GcDirectArgs& a, uint64_t e, uint64_t poff, 
   }
   __syncthreads();
   if (*stop) return;
+  if (!folds) {
+    // 3. gathers: every peer's slice (and our own) to its output segment
+    for (uint32_t p = 0; p < a.nranks; p++) {
+      const bool mine = p == a.rank;
+      const uint64_t src = (mine ? own : a.get_data[p] + poff) + off;
+      const uint64_t dst = a.output + p * seg + off;
+      if (src == dst) continue;  // in place
+      uint64_t done = 0;
+      if (vec) {
+        const uint64_t npk = n / E;
+        uint64_t k = tid;
+        for (; k + 3 * nt < npk; k += 4 * nt) direct_copy<4>(src, dst, !mine, k, nt);
+        for (; k < npk; k += nt) direct_copy<1>(src, dst, !mine, k, nt);
+        done = npk * E;
+      }
+      for (uint64_t i = done + tid; i < n; i += nt)
+        reinterpret_cast<T*>(dst)[i] = mine ? reinterpret_cast<const T*>(src)[i] : ld_vol_elem(reinterpret_cast<const T*>(src) + i);
+    }
+    return;
+  }
   // 3. reduce in rank order
-  done = 0;
+  uint64_t done = 0;
   if (vec) {
     const uint64_t npk = n / E;
     uint64_t k = tid;
-    for (; k + 3 * nt < npk; k += 4 * nt) direct_packs<T, OP, 4>(a, off, poff, k, nt, sa);
-    for (; k < npk; k += nt) direct_packs<T, OP, 1>(a, off, poff, k, nt, sa);
+    for (; k + 3 * nt < npk; k += 4 * nt) direct_packs<T, OP, 4>(a, own, off, poff, k, nt, sa);
+    for (; k < npk; k += nt) direct_packs<T, OP, 1>(a, own, off, poff, k, nt, sa);
     done = npk * E;
   }
   for (uint64_t i = done + tid; i < n; i += nt) {
@@ -184,7 +245,7 @@ __device__ void direct_simple(const GcDirectArgs& a, uint64_t e, uint64_t poff, 
     for (uint32_t p = 0; p < a.nranks; p++) {
       T x;
       if (p == a.rank) {
-        x = reinterpret_cast<const T*>(a.input + off)[i];
+        x = reinterpret_cast<const T*>(own + off)[i];
         if (pre) x = Arith<T>::scale(x, sa);
       } else {
         x = ld_vol_elem(reinterpret_cast<const T*>(a.get_data[p] + poff + off) + i);
@@ -196,19 +257,19 @@ __device__ void direct_simple(const GcDirectArgs& a, uint64_t e, uint64_t poff, 
   }
 }
 
-// Unit `i` (8 bytes) of the input, pre-op applied, as elements; missing
-// elements past `count` are zero.
+// Unit `i` (8 bytes) of the segment at `base`, pre-op applied, as
+// elements; missing elements past `count` are zero.
 template <typename T>
-__device__ __forceinline__ uint64_t ll_load_unit(const GcDirectArgs& a, uint64_t i, const GcArgs& sa) {
+__device__ __forceinline__ uint64_t ll_load_unit(const GcDirectArgs& a, uint64_t base, uint64_t i, const GcArgs& sa) {
   constexpr int E8 = 8 / sizeof(T);
   T v[E8];
   const uint64_t first = i * E8;
-  if ((a.input & 7) == 0 && first + E8 <= a.count) {
-    uint64_t w = *reinterpret_cast<const uint64_t*>(a.input + i * 8);
+  if ((base & 7) == 0 && first + E8 <= a.count) {
+    uint64_t w = *reinterpret_cast<const uint64_t*>(base + i * 8);
     memcpy(v, &w, 8);
   } else {
 #pragma unroll
-    for (int j = 0; j < E8; j++) v[j] = first + j < a.count ? reinterpret_cast<const T*>(a.input)[first + j] : T{};
+    for (int j = 0; j < E8; j++) v[j] = first + j < a.count ? reinterpret_cast<const T*>(base)[first + j] : T{};
   }
   if (a.flags & GC_FLAG_PRE_OP) {
 #pragma unroll
@@ -217,6 +278,23 @@ __device__ __forceinline__ uint64_t ll_load_unit(const GcDirectArgs& a, uint64_t
   uint64_t w;
   memcpy(&w, v, 8);
   return w;
+}
+
+// Store unit `i` (8 bytes of elements) into the segment at `base`, up to
+// `count` elements.
+template <typename T>
+__device__ __forceinline__ void ll_store_unit(const GcDirectArgs& a, uint64_t base, uint64_t i, uint64_t w) {
+  constexpr int E8 = 8 / sizeof(T);
+  const uint64_t first = i * E8;
+  if ((base & 7) == 0 && first + E8 <= a.count) {
+    *reinterpret_cast<uint64_t*>(base + i * 8) = w;
+  } else {
+    T v[E8];
+    memcpy(v, &w, 8);
+#pragma unroll
+    for (int j = 0; j < E8; j++)
+      if (first + j < a.count) reinterpret_cast<T*>(base)[first + j] = v[j];
+  }
 }
 
 // The LL one-shot body of one block (see the protocol above).
@@ -231,15 +309,25 @@ __device__ void direct_ll(const GcDirectArgs& a, uint64_t e, uint64_t poff, int*
   const uint64_t units = (a.count + E8 - 1) / E8;
   const uint64_t per = (units + gridDim.x - 1) / gridDim.x;
   const uint64_t lo = min(units, b * per), hi = min(units, lo + per);
+  const uint32_t kind = direct_kind(a);
+  const bool per_peer = direct_per_peer(kind), folds = direct_folds(kind);
+  const uint64_t seg = a.count * sizeof(T);
+  const uint64_t own = a.input + (per_peer ? a.rank * seg : 0);
   // 1. push the header and this block's lines to every peer
   if (tid == 0) {
     for (uint32_t p = 0; p < a.nranks; p++)
       if (p != a.rank) st_ll(a.put_data[p] + poff + a.ll_off + b * 16, a.meta, flag);
   }
   for (uint64_t i = lo + tid; i < hi; i += nt) {
-    const uint64_t w = ll_load_unit<T>(a, i, sa);
-    for (uint32_t p = 0; p < a.nranks; p++)
-      if (p != a.rank) st_ll(a.put_data[p] + poff + a.ll_off + (GC_LL_HEADER_LINES + i) * 16, w, flag);
+    if (per_peer) {
+      for (uint32_t p = 0; p < a.nranks; p++)
+        if (p != a.rank)
+          st_ll(a.put_data[p] + poff + a.ll_off + (GC_LL_HEADER_LINES + i) * 16, ll_load_unit<T>(a, a.input + p * seg, i, sa), flag);
+    } else {
+      const uint64_t w = ll_load_unit<T>(a, a.input, i, sa);
+      for (uint32_t p = 0; p < a.nranks; p++)
+        if (p != a.rank) st_ll(a.put_data[p] + poff + a.ll_off + (GC_LL_HEADER_LINES + i) * 16, w, flag);
+    }
   }
   // 2. headers: the peers issued the same call
   if (tid == 0) {
@@ -263,38 +351,36 @@ __device__ void direct_ll(const GcDirectArgs& a, uint64_t e, uint64_t poff, int*
   }
   __syncthreads();
   if (*stop) return;
-  // 3. reduce every unit in rank order and write it
+  // 3. fold every unit in rank order, or place every peer's unit
   bool aborted = false;
   for (uint64_t i = lo + tid; i < hi && !aborted; i += nt) {
     T acc[E8];
     for (uint32_t p = 0; p < a.nranks; p++) {
       uint64_t w;
       if (p == a.rank) {
-        w = ll_load_unit<T>(a, i, sa);
+        if (!folds && own == a.output + p * seg) continue;  // in place
+        w = ll_load_unit<T>(a, own, i, sa);
       } else if (!ld_ll(a.get_data[p] + poff + a.ll_off + (GC_LL_HEADER_LINES + i) * 16, flag, a.abort_word, &w)) {
         aborted = true;
         break;
+      }
+      if (!folds) {
+        ll_store_unit<T>(a, a.output + p * seg, i, w);
+        continue;
       }
       T x[E8];
       memcpy(x, &w, 8);
 #pragma unroll
       for (int j = 0; j < E8; j++) acc[j] = p == 0 ? x[j] : combine<T, OP>(acc[j], x[j], a.op);
     }
-    if (aborted) break;
+    if (aborted || !folds) continue;
     if (a.flags & GC_FLAG_POST_OP) {
 #pragma unroll
       for (int j = 0; j < E8; j++) acc[j] = Arith<T>::div(acc[j], a.div, a.op);
     }
-    const uint64_t first = i * E8;
-    if ((a.output & 7) == 0 && first + E8 <= a.count) {
-      uint64_t w;
-      memcpy(&w, acc, 8);
-      *reinterpret_cast<uint64_t*>(a.output + i * 8) = w;
-    } else {
-#pragma unroll
-      for (int j = 0; j < E8; j++)
-        if (first + j < a.count) reinterpret_cast<T*>(a.output)[first + j] = acc[j];
-    }
+    uint64_t w;
+    memcpy(&w, acc, 8);
+    ll_store_unit<T>(a, a.output, i, w);
   }
   if (aborted) *stop = 1;  // benign race: every writer stores 1
   __syncthreads();
@@ -302,7 +388,7 @@ __device__ void direct_ll(const GcDirectArgs& a, uint64_t e, uint64_t poff, int*
 }
 
 template <typename T, uint32_t OP>
-__device__ void direct_all_reduce(const GcDirectArgs& a) {
+__device__ void direct_collective(const GcDirectArgs& a) {
   __shared__ uint64_t epoch;
   __shared__ int stop;
   GcDirectCtl* ctl = reinterpret_cast<GcDirectCtl*>(a.ctl);
@@ -342,7 +428,7 @@ __device__ void direct_all_reduce(const GcDirectArgs& a) {
 
 template <typename T> struct DirectOp {
   template <uint32_t OP> struct F {
-    static __device__ __forceinline__ void run(const GcDirectArgs& a) { direct_all_reduce<T, OP>(a); }
+    static __device__ __forceinline__ void run(const GcDirectArgs& a) { direct_collective<T, OP>(a); }
   };
 };
 

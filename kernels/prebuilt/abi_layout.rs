@@ -128,5 +128,10 @@ const C_CONSTS: &[(&str, u64)] = &[
     ("GC_DIRECT_MAX_BLOCKS", 64),
     ("GC_FLAG_LL", 8),
     ("GC_FLAG_NOTIFY", 16),
+    ("GC_DIRECT_KIND_SHIFT", 8),
+    ("GC_DIRECT_ALL_REDUCE", 0),
+    ("GC_DIRECT_ALL_GATHER", 1),
+    ("GC_DIRECT_REDUCE_SCATTER", 2),
+    ("GC_DIRECT_ALL_TO_ALL", 3),
     ("GC_LL_HEADER_LINES", 64),
 ];

@@ -21,6 +21,13 @@ use crate::tune::{max_chunk_bytes, Algorithm, Choice};
 fn effective_algorithm(kind: CollKind, chosen: Algorithm) -> Algorithm {
     match kind {
         CollKind::AllReduce => chosen,
+        // A GPU backend runs these one-shot plans as its direct kernel; the
+        // steps (ring or pairwise, below) are what others execute.
+        CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll
+            if chosen == Algorithm::OneShot =>
+        {
+            Algorithm::OneShot
+        }
         CollKind::Reduce | CollKind::Broadcast | CollKind::AllGather | CollKind::ReduceScatter => {
             Algorithm::Ring
         }

@@ -119,6 +119,13 @@ pub fn estimate_us(
         (CollKind::AllReduce, Algorithm::OneShot) => {
             return oneshot_us(proto, bytes, shape, caps);
         }
+        // Every rank sends one segment (a rank's share) to each peer.
+        (
+            CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll,
+            Algorithm::OneShot,
+        ) if caps.direct => {
+            return oneshot_us(proto, bytes / n as f64, shape, caps);
+        }
         (CollKind::AllReduce, Algorithm::CollNet) => {
             return collnet_us(proto, nchannels, bytes, shape, caps);
         }
@@ -197,7 +204,8 @@ fn collnet_us(
 /// the two are about equal, the ring or tree stays.
 const COLLNET_MARGIN: f64 = 3.0;
 
-/// Estimated time in µs of a one-shot all_reduce of `bytes`, or `None`
+/// Estimated time in µs of a one-shot that sends `bytes` to every peer (an
+/// all_reduce of `bytes`, or one segment of the others), or `None`
 /// where it cannot run: across nodes, in a protocol it does not speak, or
 /// beyond the inboxes of a direct path.
 fn oneshot_us(proto: Protocol, bytes: f64, shape: &Shape, caps: &BackendCaps) -> Option<f64> {

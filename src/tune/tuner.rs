@@ -115,11 +115,16 @@ impl Tuner {
                 }
                 v
             }
-            CollKind::Reduce
-            | CollKind::Broadcast
-            | CollKind::AllGather
-            | CollKind::ReduceScatter => vec![Algorithm::Ring],
-            CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => vec![Algorithm::Direct],
+            CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll => {
+                let mut v = vec![base_algorithm(kind)];
+                if self.direct_available() {
+                    v.push(Algorithm::OneShot);
+                }
+                v
+            }
+            CollKind::Reduce | CollKind::Broadcast | CollKind::Gather | CollKind::Scatter => {
+                vec![base_algorithm(kind)]
+            }
         }
     }
 
@@ -169,6 +174,11 @@ impl Tuner {
                 };
                 Some(vec![Algorithm::OneShot, beyond])
             }
+            // Beyond the inboxes, the collective's own algorithm.
+            (
+                CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll,
+                Algorithm::OneShot,
+            ) if self.direct_available() => Some(vec![Algorithm::OneShot, base_algorithm(kind)]),
             (CollKind::AllReduce, Algorithm::Direct | Algorithm::OneShot) => {
                 self.warn_once(
                     WARN_DIRECT_UNAVAILABLE,
@@ -200,10 +210,9 @@ impl Tuner {
 
     /// The protocols the backend implements for `kind` run by `algo`.
     fn implemented(&self, kind: CollKind, algo: Algorithm) -> &[Protocol] {
-        if kind == CollKind::AllReduce
-            && matches!(algo, Algorithm::Direct | Algorithm::OneShot)
-            && !self.caps.direct_protocols.is_empty()
-        {
+        let direct = algo == Algorithm::OneShot
+            || (kind == CollKind::AllReduce && algo == Algorithm::Direct);
+        if direct && !self.caps.direct_protocols.is_empty() {
             &self.caps.direct_protocols
         } else {
             &self.caps.protocols
@@ -333,6 +342,20 @@ impl Tuner {
 }
 
 /// [`Task::bytes`] without overflow (saturating for absurd counts).
+/// The algorithm of collectives other than all_reduce where no one-shot
+/// runs them: the ring for those that pass data along, pairwise exchanges
+/// for the others.
+fn base_algorithm(kind: CollKind) -> Algorithm {
+    match kind {
+        CollKind::AllReduce
+        | CollKind::Reduce
+        | CollKind::Broadcast
+        | CollKind::AllGather
+        | CollKind::ReduceScatter => Algorithm::Ring,
+        CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => Algorithm::Direct,
+    }
+}
+
 fn task_bytes(task: &Task, nranks: usize) -> u64 {
     let per = task.count.saturating_mul(task.dtype.size() as u64);
     match task.kind {
@@ -413,6 +436,13 @@ mod tests {
                         assert_eq!(ch.chunk_bytes % 64, 0);
                         assert!(c.protocols.contains(&ch.protocol));
                         match kind {
+                            CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll
+                                if ch.algorithm == Algorithm::OneShot =>
+                            {
+                                // Segments of n elements in the inboxes.
+                                assert!(direct && topo.nnodes() == 1);
+                                assert!(n * 4 <= model::DIRECT_ONESHOT_MAX_BYTES);
+                            }
                             CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => {
                                 assert_eq!(ch.algorithm, Algorithm::Direct)
                             }
@@ -549,10 +579,14 @@ mod tests {
             for n in [1u64, 1 << 10, 1 << 20, 1 << 26] {
                 let ch = t.choose(&task(kind, n));
                 if ch.protocol == Protocol::LL {
-                    assert_eq!(
-                        (kind, ch.algorithm),
-                        (CollKind::AllReduce, Algorithm::OneShot)
-                    );
+                    assert_eq!(ch.algorithm, Algorithm::OneShot, "{kind:?}");
+                    assert!(matches!(
+                        kind,
+                        CollKind::AllReduce
+                            | CollKind::AllGather
+                            | CollKind::ReduceScatter
+                            | CollKind::AllToAll
+                    ));
                     assert!(n * 4 <= model::DIRECT_LL_MAX_BYTES);
                 }
             }
@@ -595,8 +629,20 @@ mod tests {
             (c3.algorithm, c3.protocol),
             (Algorithm::Direct, Protocol::Simple)
         );
+        // all_gather has no pairwise plan (direct is ignored for it), but its
+        // one-shot speaks LL; beyond the LL inboxes the ring runs Simple.
+        let ag = t.choose(&task(CollKind::AllGather, 8));
         assert_eq!(
-            t.choose(&task(CollKind::AllGather, 8)).protocol,
+            (ag.algorithm, ag.protocol),
+            (Algorithm::OneShot, Protocol::LL)
+        );
+        assert_eq!(
+            t.choose(&task(CollKind::AllGather, 1 << 26)).protocol,
+            Protocol::Simple
+        );
+        // Gather has no one-shot: Simple.
+        assert_eq!(
+            t.choose(&task(CollKind::Gather, 8)).protocol,
             Protocol::Simple
         );
     }

@@ -47,6 +47,13 @@ pub(crate) fn kernel_dtype(dtype: Datatype) -> Datatype {
 pub(crate) const FLAG_LL: u32 = 8;
 /// `GC_FLAG_NOTIFY`: the direct kernel stores its end into `GcChanStatus::done`.
 pub(crate) const FLAG_NOTIFY: u32 = 16;
+/// `GC_DIRECT_KIND_SHIFT`: the direct kernel's collective, in flags bits 8..11.
+pub(crate) const DIRECT_KIND_SHIFT: u32 = 8;
+/// `GC_DIRECT_ALL_REDUCE` and the other collectives of the direct kernel.
+pub(crate) const DIRECT_ALL_REDUCE: u32 = 0;
+pub(crate) const DIRECT_ALL_GATHER: u32 = 1;
+pub(crate) const DIRECT_REDUCE_SCATTER: u32 = 2;
+pub(crate) const DIRECT_ALL_TO_ALL: u32 = 3;
 /// `GC_LL_HEADER_LINES`: header lines before an LL inbox's data lines.
 pub(crate) const LL_HEADER_LINES: u64 = 64;
 
@@ -428,6 +435,11 @@ mod layout_tests {
             ("GC_FLAG_POST_OP", FLAG_POST_OP.into()),
             ("GC_FLAG_LL", FLAG_LL.into()),
             ("GC_FLAG_NOTIFY", FLAG_NOTIFY.into()),
+            ("GC_DIRECT_KIND_SHIFT", DIRECT_KIND_SHIFT.into()),
+            ("GC_DIRECT_ALL_REDUCE", DIRECT_ALL_REDUCE.into()),
+            ("GC_DIRECT_ALL_GATHER", DIRECT_ALL_GATHER.into()),
+            ("GC_DIRECT_REDUCE_SCATTER", DIRECT_REDUCE_SCATTER.into()),
+            ("GC_DIRECT_ALL_TO_ALL", DIRECT_ALL_TO_ALL.into()),
             ("GC_ERR_NONE", ERR_NONE.into()),
             ("GC_ERR_ABORTED", ERR_ABORTED.into()),
             ("GC_ERR_META", ERR_META.into()),

@@ -114,14 +114,26 @@ pub(super) fn int_scale(dtype: Datatype, s: f64) -> u64 {
     }
 }
 
-/// Whether this plan runs as the one-shot all_reduce kernel instead of its
-/// steps: the planner emits the one-shot as its own shape
-/// (`Algorithm::OneShot`), which this backend runs as its kernel. The one
-/// place that decides it: it depends only on the plan and on facts agreed
-/// at bring-up (`direct_path`: the one-shot inboxes exist), so every rank
-/// decides alike and the inbox epochs stay in step. A one-shot plan this
-/// backend cannot run (in a group, without inboxes, over the inbox size)
-/// is an error: the tuner never chooses one.
+/// The direct kernel's code for a collective it runs, if it runs it.
+pub(super) fn direct_kind(kind: CollKind) -> Option<u32> {
+    match kind {
+        CollKind::AllReduce => Some(DIRECT_ALL_REDUCE),
+        CollKind::AllGather => Some(DIRECT_ALL_GATHER),
+        CollKind::ReduceScatter => Some(DIRECT_REDUCE_SCATTER),
+        CollKind::AllToAll => Some(DIRECT_ALL_TO_ALL),
+        _ => None,
+    }
+}
+
+/// Whether this plan runs as the one-shot kernel instead of its steps: the
+/// planner emits the one-shot as its own shape (`Algorithm::OneShot`, for
+/// all_reduce, all_gather, reduce_scatter and all_to_all), which this
+/// backend runs as its kernel. The one place that decides it: it depends
+/// only on the plan and on facts agreed at bring-up (`direct_path`: the
+/// one-shot inboxes exist), so every rank decides alike and the inbox
+/// epochs stay in step. A one-shot plan this backend cannot run (in a
+/// group, without inboxes, a segment over the inbox size) is an error: the
+/// tuner never chooses one.
 pub(super) fn runs_as_oneshot(
     plan: &Plan,
     in_group: bool,
@@ -129,18 +141,19 @@ pub(super) fn runs_as_oneshot(
     seq: u64,
 ) -> Result<bool> {
     let task = &plan.task;
-    if plan.algorithm != Algorithm::OneShot || task.kind != CollKind::AllReduce || task.count == 0 {
+    if plan.algorithm != Algorithm::OneShot || task.count == 0 {
         return Ok(false);
     }
     let bytes = task.count.saturating_mul(task.dtype.size() as u64);
-    if in_group || !direct_path || bytes > DIRECT_MAX_BYTES {
+    if direct_kind(task.kind).is_none() || in_group || !direct_path || bytes > DIRECT_MAX_BYTES {
         return Err(plan_error(
             seq,
             0,
             0,
             format!(
-                "a one-shot all_reduce of {bytes} bytes (in a group: {in_group}), which needs \
-                 the direct path outside a group and at most {DIRECT_MAX_BYTES} bytes"
+                "a one-shot {} of {bytes} bytes per rank (in a group: {in_group}), which needs \
+                 the direct path outside a group and at most {DIRECT_MAX_BYTES} bytes",
+                task.kind.name()
             ),
         ));
     }
@@ -158,19 +171,39 @@ impl Target {
     pub(super) fn oneshot(&self, plan: &Plan, input: Mem, output: Mem, seq: u64) -> Result<Item> {
         let task = &plan.task;
         let dtype = task.dtype;
+        let kind = direct_kind(task.kind).ok_or_else(|| {
+            plan_error(
+                seq,
+                0,
+                0,
+                format!("no one-shot kernel for {}", task.kind.name()),
+            )
+        })?;
         let bytes = task.count.saturating_mul(dtype.size() as u64);
+        let n = self.nranks as u64;
+        // Segments of `count` elements: one per rank on the side that holds
+        // every rank's.
+        let (in_segs, out_segs) = match task.kind {
+            CollKind::AllGather => (1, n),
+            CollKind::ReduceScatter => (n, 1),
+            CollKind::AllToAll => (n, n),
+            _ => (1, 1),
+        };
         if input.addr == 0
             || output.addr == 0
-            || input.elems < task.count
-            || output.elems < task.count
+            || input.elems < task.count.saturating_mul(in_segs)
+            || output.elems < task.count.saturating_mul(out_segs)
         {
             return Err(plan_error(
                 seq,
                 0,
                 0,
                 format!(
-                    "direct all_reduce of {} elements over buffers of {} and {}",
-                    task.count, input.elems, output.elems
+                    "direct {} of {} elements per rank over buffers of {} and {}",
+                    task.kind.name(),
+                    task.count,
+                    input.elems,
+                    output.elems
                 ),
             ));
         }
@@ -185,7 +218,7 @@ impl Target {
                 format!("an LL one-shot of {bytes} bytes (at most {DIRECT_LL_MAX_BYTES})"),
             ));
         }
-        let mut flags = 0;
+        let mut flags = kind << DIRECT_KIND_SHIFT;
         if red.pre_scale.is_some() {
             flags |= FLAG_PRE_OP;
         }

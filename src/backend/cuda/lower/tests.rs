@@ -461,3 +461,64 @@ fn signed_integers_run_on_unsigned_kernels_with_the_signed_bit() {
     assert_eq!(dtype, Datatype::U64);
     assert_eq!(args.op, OP_SUM | OP_SIGNED);
 }
+
+#[test]
+fn oneshot_of_the_other_collectives_sizes_its_segments() {
+    let t = target(1, 4, true);
+    let count = 1024u64;
+    let buf = |elems: u64| Mem {
+        addr: IN.addr,
+        elems,
+    };
+    let out = |elems: u64| Mem {
+        addr: OUT.addr,
+        elems,
+    };
+    // (kind, input segments, output segments, code)
+    for (kind, ins, outs, code) in [
+        (CollKind::AllGather, 1, 4, DIRECT_ALL_GATHER),
+        (CollKind::ReduceScatter, 4, 1, DIRECT_REDUCE_SCATTER),
+        (CollKind::AllToAll, 4, 4, DIRECT_ALL_TO_ALL),
+    ] {
+        let p = plan(kind, Algorithm::OneShot, count, Vec::new());
+        assert!(runs_as_oneshot(&p, false, true, 1).unwrap(), "{kind:?}");
+        let Item::Direct { args, .. } = t
+            .oneshot(&p, buf(count * ins), out(count * outs), 3)
+            .unwrap()
+        else {
+            panic!("not a one-shot item");
+        };
+        assert_eq!(args.flags >> DIRECT_KIND_SHIFT, code);
+        // The meta and the inbox limits are per segment.
+        assert_eq!(args.count, count);
+        assert_eq!(args.meta, (3 << 32) | (count * 4));
+        assert!(t
+            .oneshot(&p, buf(count * ins - 1), out(count * outs), 3)
+            .is_err());
+        assert!(t
+            .oneshot(&p, buf(count * ins), out(count * outs - 1), 3)
+            .is_err());
+        let big = plan(
+            kind,
+            Algorithm::OneShot,
+            DIRECT_MAX_BYTES / 4 + 1,
+            Vec::new(),
+        );
+        assert!(runs_as_oneshot(&big, false, true, 1).is_err());
+    }
+    let ar = plan(CollKind::AllReduce, Algorithm::OneShot, count, Vec::new());
+    let Item::Direct { args, .. } = t.oneshot(&ar, IN, OUT, 3).unwrap() else {
+        panic!("not a one-shot item");
+    };
+    assert_eq!(args.flags >> DIRECT_KIND_SHIFT, DIRECT_ALL_REDUCE);
+    // No one-shot kernel for the rooted collectives: an error, not a launch.
+    for kind in [
+        CollKind::Broadcast,
+        CollKind::Reduce,
+        CollKind::Gather,
+        CollKind::Scatter,
+    ] {
+        let p = plan(kind, Algorithm::OneShot, count, Vec::new());
+        assert!(runs_as_oneshot(&p, false, true, 1).is_err(), "{kind:?}");
+    }
+}
