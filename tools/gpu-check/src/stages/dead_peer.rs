@@ -13,9 +13,9 @@
 //! picks how it dies: `abort` (SIGABRT, the default), `kill9` (SIGKILL)
 //! or `segv` (SIGSEGV).
 
-use super::vp;
+use super::sum_raw;
 use gpucoll::request::scope;
-use gpucoll::{Communicator, CudaStream, Datatype, DeviceBuffer, ReduceOp};
+use gpucoll::{Communicator, CudaStream, DeviceBuffer, ReduceOp};
 use std::time::{Duration, Instant};
 
 /// How the victim dies.
@@ -52,16 +52,7 @@ pub(crate) fn stage_dead_peer(world: Communicator) -> ! {
             stream.begin_capture()?;
             // SAFETY: din and dout outlive the graph and every replay
             // (all end with this closure, after a synchronize).
-            let captured = unsafe {
-                world.all_reduce_raw(
-                    vp(&din),
-                    vp(&dout),
-                    count as u64,
-                    Datatype::F32,
-                    ReduceOp::Sum,
-                    s,
-                )
-            };
+            let captured = unsafe { sum_raw(&world, &din, &dout, count, s) };
             let graph = stream.end_capture();
             captured?;
             Some(graph?)
@@ -79,16 +70,7 @@ pub(crate) fn stage_dead_peer(world: Communicator) -> ! {
                 "stream" => {
                     for _ in 0..10 {
                         // SAFETY: as above; synchronized before returning.
-                        unsafe {
-                            world.all_reduce_raw(
-                                vp(&din),
-                                vp(&dout),
-                                count as u64,
-                                Datatype::F32,
-                                ReduceOp::Sum,
-                                s,
-                            )?
-                        };
+                        unsafe { sum_raw(&world, &din, &dout, count, s)? };
                     }
                     stream.synchronize()?;
                     world.async_error()

@@ -33,6 +33,31 @@ pub(crate) fn vp(b: &DeviceBuffer<f32>) -> *mut c_void {
     b.device_ptr() as usize as *mut c_void
 }
 
+/// A float sum all_reduce of `din` into `dout` (`count` elements) through
+/// the raw entry point, on `stream` (None: blocking on the backend's own).
+///
+/// # Safety
+/// Both buffers stay valid until the work on `stream` completed.
+pub(crate) unsafe fn sum_raw(
+    world: &Communicator,
+    din: &DeviceBuffer<f32>,
+    dout: &DeviceBuffer<f32>,
+    count: usize,
+    stream: Option<gpucoll::CudaStreamRaw>,
+) -> gpucoll::Result<()> {
+    // SAFETY: forwarded: the caller keeps the buffers alive for the work.
+    unsafe {
+        world.all_reduce_raw(
+            vp(din),
+            vp(dout),
+            count as u64,
+            gpucoll::Datatype::F32,
+            gpucoll::ReduceOp::Sum,
+            stream,
+        )
+    }
+}
+
 /// An argument check: what, the call's result, the error it expects.
 pub(crate) type ErrCheck = (
     &'static str,

@@ -1,9 +1,9 @@
 //! `--stage timeout`: a rank skips an all_reduce; every rank must get an
 //! error within the timeout and exit.
 
-use super::vp;
+use super::sum_raw;
 use gpucoll::mpi::MpiComm;
-use gpucoll::{Communicator, CudaStream, Datatype, DeviceBuffer, ReduceOp};
+use gpucoll::{Communicator, CudaStream, DeviceBuffer, ReduceOp};
 use std::fmt::Write as _;
 use std::time::Instant;
 
@@ -101,16 +101,7 @@ pub(crate) fn stage_timeout(
     if rank != 1 {
         let t = Instant::now();
         // SAFETY: the buffers outlive the stream work (synchronized below).
-        let q = unsafe {
-            world.all_reduce_raw(
-                vp(&din),
-                vp(&dout),
-                count as u64,
-                Datatype::F32,
-                ReduceOp::Sum,
-                Some(stream.raw()),
-            )
-        };
+        let q = unsafe { sum_raw(world, &din, &dout, count, Some(stream.raw())) };
         if let Err(e) = q {
             fails += 1;
             let _ = writeln!(
@@ -129,16 +120,7 @@ pub(crate) fn stage_timeout(
         stream.synchronize()?;
         say("phase B: the next call");
         let t = Instant::now();
-        let r = unsafe {
-            world.all_reduce_raw(
-                vp(&din),
-                vp(&dout),
-                count as u64,
-                Datatype::F32,
-                ReduceOp::Sum,
-                Some(stream.raw()),
-            )
-        };
+        let r = unsafe { sum_raw(world, &din, &dout, count, Some(stream.raw())) };
         fails += judge("the next call after the stream timeout", r, t, true, log);
     }
     say("phase B: barrier");
@@ -147,16 +129,7 @@ pub(crate) fn stage_timeout(
         say("phase B: rank 1's late stream call");
         let t = Instant::now();
         // SAFETY: as above.
-        let q = unsafe {
-            world.all_reduce_raw(
-                vp(&din),
-                vp(&dout),
-                count as u64,
-                Datatype::F32,
-                ReduceOp::Sum,
-                Some(stream.raw()),
-            )
-        };
+        let q = unsafe { sum_raw(world, &din, &dout, count, Some(stream.raw())) };
         let r = q.and_then(|_| poll(t));
         fails += judge("rank 1's late stream all_reduce", r, t, true, log);
         say("phase B: rank 1's stream synchronize");
