@@ -86,6 +86,33 @@ pub struct Config {
     /// libraries order their calls. Off: a non-blocking stream, which
     /// never waits for the program's default stream. The MPI shim sets it.
     pub legacy_stream_order: bool,
+    /// `GPUCOLL_CE`: copy-engine collectives (all_gather, all_to_all,
+    /// broadcast, gather, scatter on one node with a direct path):
+    /// `auto` (default) where the cost model says they are cheaper, `1`
+    /// always, `0` never.
+    pub ce: CeMode,
+}
+
+/// When copy engines move a collective's data (`GPUCOLL_CE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CeMode {
+    /// Never: kernels move everything.
+    Off,
+    /// Wherever the backend has copy engines for the collective.
+    On,
+    /// Where the tuner's cost model says they are cheaper.
+    #[default]
+    Auto,
+}
+
+impl CeMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            CeMode::Off => "0",
+            CeMode::On => "1",
+            CeMode::Auto => "auto",
+        }
+    }
 }
 
 impl Default for Config {
@@ -102,6 +129,7 @@ impl Default for Config {
             host_slot_bytes: None,
             p2p_disable: false,
             legacy_stream_order: false,
+            ce: CeMode::Auto,
         }
     }
 }
@@ -157,9 +185,30 @@ impl Config {
             c.check = parse_bool("GPUCOLL_CHECK", &v)?;
         }
         if let Some(v) = var("GPUCOLL_ALGO") {
-            c.algo = Some(Algorithm::parse(&v).ok_or_else(|| {
-                bad("GPUCOLL_ALGO", &v, "expected ring, tree, direct or oneshot")
-            })?);
+            c.algo = Some(
+                Algorithm::parse(&v)
+                    .filter(|a| *a != Algorithm::CopyEngine)
+                    .ok_or_else(|| {
+                        bad(
+                            "GPUCOLL_ALGO",
+                            &v,
+                            "expected ring, tree, direct, oneshot or collnet \
+                             (copy engines: GPUCOLL_CE=1)",
+                        )
+                    })?,
+            );
+        }
+        if let Some(v) = var("GPUCOLL_CE") {
+            c.ce = match v.to_ascii_lowercase().as_str() {
+                "auto" => CeMode::Auto,
+                other => {
+                    if parse_bool("GPUCOLL_CE", other)? {
+                        CeMode::On
+                    } else {
+                        CeMode::Off
+                    }
+                }
+            };
         }
         if let Some(v) = var("GPUCOLL_PROTO") {
             c.proto = Some(
@@ -249,6 +298,28 @@ mod tests {
                 .legacy_stream_order
         );
         assert!(parse(&[("GPUCOLL_LEGACY_STREAM_ORDER", "2")]).is_err());
+    }
+
+    #[test]
+    fn copy_engine_mode() {
+        assert_eq!(parse(&[]).unwrap().ce, CeMode::Auto);
+        for (v, m) in [
+            ("0", CeMode::Off),
+            ("1", CeMode::On),
+            ("AUTO", CeMode::Auto),
+            ("off", CeMode::Off),
+        ] {
+            assert_eq!(parse(&[("GPUCOLL_CE", v)]).unwrap().ce, m, "{v}");
+        }
+        assert!(matches!(
+            parse(&[("GPUCOLL_CE", "sometimes")]),
+            Err(Error::Config {
+                name: "GPUCOLL_CE",
+                ..
+            })
+        ));
+        // Copy engines have their own switch, not an algorithm name.
+        assert!(parse(&[("GPUCOLL_ALGO", "ce")]).is_err());
     }
 
     #[test]

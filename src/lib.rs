@@ -63,7 +63,7 @@ pub use backend::cuda::{
 pub use buffer::{Buffer, BufferMut, MemoryKind, RawBuffer};
 pub use coll::{CudaStreamRaw, Group, GroupProcess, Process};
 pub use comm::Communicator;
-pub use config::Config;
+pub use config::{CeMode, Config};
 pub use datatype::{Datatype, Equivalence};
 pub use env::{initialize, initialize_with_threading, Threading, Universe};
 pub use error::{Error, Result};

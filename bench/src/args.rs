@@ -64,6 +64,8 @@ pub struct Args {
     pub nccl_lib: Option<PathBuf>,
     /// `--graph-iters N`: the most calls captured into one graph.
     pub graph_iters: usize,
+    /// `--ce 0|1|auto`: `GPUCOLL_CE` for gpucoll's communicator.
+    pub ce: Option<String>,
     pub help: bool,
 }
 
@@ -136,6 +138,7 @@ impl Default for Args {
             modes: vec![Mode::Blocking],
             stream_max_bytes: None,
             nccl_lib: None,
+            ce: None,
             graph_iters: 20,
             help: false,
         }
@@ -193,6 +196,10 @@ Times gpucoll's collectives over a range of message sizes, nccl-tests style.
       --graph-iters N       most calls captured into one graph (default 20,
                             nccl-tests' -n; fewer when --iters or
                             --time-budget say so); 4 timed replays
+      --ce MODE             copy-engine collectives for all_gather,
+                            all_to_all, broadcast, gather and scatter on one
+                            node: 1 = always, 0 = never, auto = where the
+                            tuner prefers them (default: GPUCOLL_CE, auto)
   -h, --help                this text
 
 SIZE accepts K, M and G suffixes (powers of 1024). LIST is one name, a
@@ -312,6 +319,7 @@ where
             "--stream-maxbytes",
             "--nccl-lib",
             "--graph-iters",
+            "--ce",
         ];
         if !known.contains(&key.as_str()) {
             return Err(format!("unknown option '{arg}'"));
@@ -403,6 +411,13 @@ where
             }
             "--stream-maxbytes" => a.stream_max_bytes = Some(parse_size(&value)?),
             "--graph-iters" => a.graph_iters = parse_num(&key, &value)?,
+            "--ce" => {
+                let v = value.to_ascii_lowercase();
+                if !["0", "1", "auto"].contains(&v.as_str()) {
+                    return Err(format!("--ce: expected 0, 1 or auto, got {value:?}"));
+                }
+                a.ce = Some(v);
+            }
             "--nccl-lib" => {
                 if value.is_empty() {
                     return Err("--nccl-lib needs a file name".into());

@@ -93,6 +93,10 @@ fn real_main() -> Result<i32, Fail> {
         std::env::set_var("NCCL_NVLS_ENABLE", "0");
     }
 
+    if let Some(ce) = &args.ce {
+        // Read when the world communicator is created (same on every rank).
+        std::env::set_var("GPUCOLL_CE", ce);
+    }
     let universe = gpucoll::initialize().map_err(|e| Fail::Usage(format!("initialize: {e}")))?;
     let world = universe
         .world()

@@ -20,6 +20,8 @@ use crate::tune::{max_chunk_bytes, Algorithm, Choice};
 /// implemented for the collective, else the collective's only one.
 fn effective_algorithm(kind: CollKind, chosen: Algorithm) -> Algorithm {
     match kind {
+        // Copy engines do not reduce (the tuner never offers them here).
+        CollKind::AllReduce if chosen == Algorithm::CopyEngine => Algorithm::Ring,
         CollKind::AllReduce => chosen,
         // A GPU backend runs these one-shot plans as its direct kernel; the
         // steps (ring or pairwise, below) are what others execute.
@@ -27,6 +29,17 @@ fn effective_algorithm(kind: CollKind, chosen: Algorithm) -> Algorithm {
             if chosen == Algorithm::OneShot =>
         {
             Algorithm::OneShot
+        }
+        // A backend with copy engines runs these plans by DMA copies; the
+        // steps (ring or pairwise, below) are what others execute.
+        CollKind::AllGather
+        | CollKind::AllToAll
+        | CollKind::Broadcast
+        | CollKind::Gather
+        | CollKind::Scatter
+            if chosen == Algorithm::CopyEngine =>
+        {
+            Algorithm::CopyEngine
         }
         CollKind::Reduce | CollKind::Broadcast | CollKind::AllGather | CollKind::ReduceScatter => {
             Algorithm::Ring
@@ -96,7 +109,7 @@ pub fn build(
                 local(&cx, s, e, &mut steps);
             } else {
                 match (task.kind, algorithm) {
-                    (CollKind::AllReduce, Algorithm::Ring) => {
+                    (CollKind::AllReduce, Algorithm::Ring | Algorithm::CopyEngine) => {
                         ring::all_reduce(&cx, s, e, &mut steps)
                     }
                     (CollKind::AllReduce, Algorithm::Tree) => {

@@ -42,6 +42,10 @@ pub struct BackendCaps {
     /// Cost of the rail all-reduce per byte and call, across all nodes
     /// (MPI's own collective on staged host memory).
     pub rail: LinkCost,
+    /// Copy-engine collectives within a node, where the backend has them:
+    /// the fixed cost of one (handshakes and copy setup) and the bandwidth
+    /// of one rank's outgoing copies, all peers together.
+    pub copy_engine: Option<LinkCost>,
 }
 
 /// The link costs of both backends, in one table so that a shared
@@ -72,6 +76,17 @@ pub(crate) mod links {
     pub(crate) const CUDA_SHM: LinkCost = LinkCost {
         latency_us: 6.0,
         bandwidth_gbs: 5.0,
+    };
+
+    /// Copy-engine collectives on one node: the fixed cost is two flag
+    /// handshakes of stream memory operations on host-mapped words and the
+    /// host's rendezvous (an estimate until measured on 2×H200); the
+    /// bandwidth is what copy engines pushing both ways at once reached on
+    /// 2×H200 (NV18): 309 GB/s per direction (shared/ANCHORS.md).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) const CUDA_CE: LinkCost = LinkCost {
+        latency_us: 25.0,
+        bandwidth_gbs: 300.0,
     };
 
     /// Per channel and hop between nodes over MPI point-to-point (the host

@@ -33,15 +33,22 @@ pub enum Algorithm {
     /// its local index (the rails), all-gather within each node. Needs the
     /// same number of ranks on every node.
     CollNet,
+    /// all_gather, all_to_all, broadcast, gather and scatter on one node
+    /// by the GPUs' copy engines: no kernel, the data pushed by DMA copies
+    /// straight into the peers' receive buffers between two flag
+    /// handshakes (`GPUCOLL_CE`). Its plan carries the collective's ring or
+    /// pairwise steps, which backends without copy engines run.
+    CopyEngine,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 5] = [
+    pub const ALL: [Algorithm; 6] = [
         Algorithm::Ring,
         Algorithm::Tree,
         Algorithm::Direct,
         Algorithm::OneShot,
         Algorithm::CollNet,
+        Algorithm::CopyEngine,
     ];
 
     pub fn name(self) -> &'static str {
@@ -51,6 +58,7 @@ impl Algorithm {
             Algorithm::Direct => "direct",
             Algorithm::OneShot => "oneshot",
             Algorithm::CollNet => "collnet",
+            Algorithm::CopyEngine => "ce",
         }
     }
 

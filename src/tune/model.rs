@@ -129,6 +129,9 @@ pub fn estimate_us(
         (CollKind::AllReduce, Algorithm::CollNet) => {
             return collnet_us(proto, nchannels, bytes, shape, caps);
         }
+        (_, Algorithm::CopyEngine) if proto == Protocol::Simple => {
+            return copy_engine_us(kind, bytes, shape, caps);
+        }
         (CollKind::AllReduce, Algorithm::Direct) => {
             if nnodes > 1 || proto != Protocol::Simple {
                 return None;
@@ -162,6 +165,42 @@ pub fn estimate_us(
         _ => return None,
     };
     Some(caps.launch_us.max(0.0) + latency * lat_f + bytes / (1000.0 * positive(alg_bw)))
+}
+
+/// Whether copy engines can run `kind`: collectives that only move data.
+pub fn copy_engine_kind(kind: CollKind) -> bool {
+    matches!(
+        kind,
+        CollKind::AllGather
+            | CollKind::AllToAll
+            | CollKind::Broadcast
+            | CollKind::Gather
+            | CollKind::Scatter
+    )
+}
+
+/// Estimated time in µs of a copy-engine collective over `bytes` (the
+/// larger buffer), or `None` where it cannot run (several nodes, one rank,
+/// a backend without copy engines, a collective that reduces): the fixed
+/// cost, then the busiest rank's copies (every peer's share from or to the
+/// root of a rooted collective; its own pushes otherwise).
+pub fn copy_engine_us(
+    kind: CollKind,
+    bytes: f64,
+    shape: &Shape,
+    caps: &BackendCaps,
+) -> Option<f64> {
+    let ce = caps.copy_engine?;
+    let n = shape.nranks;
+    if shape.nnodes > 1 || n < 2 || !copy_engine_kind(kind) {
+        return None;
+    }
+    let peers = (n - 1) as f64;
+    let moved = match kind {
+        CollKind::Broadcast => bytes * peers,
+        _ => bytes / n as f64 * peers,
+    };
+    Some(ce.latency_us.max(0.0) + moved / (1000.0 * positive(ce.bandwidth_gbs)))
 }
 
 /// Estimated time in µs of a collnet all_reduce of `bytes`, or `None`
@@ -272,6 +311,7 @@ mod tests {
             direct: false,
             collnet: false,
             rail: crate::tune::caps::links::MPI_RAIL,
+            copy_engine: None,
         }
     }
 

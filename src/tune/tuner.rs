@@ -5,7 +5,7 @@
 use super::caps::BackendCaps;
 use super::model::{self, Shape};
 use super::{Algorithm, Choice, Protocol};
-use crate::config::Config;
+use crate::config::{CeMode, Config};
 use crate::task::{CollKind, Task};
 use crate::topo::Topology;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -130,6 +130,35 @@ impl Tuner {
 
     fn collnet_available(&self) -> bool {
         self.caps.collnet && self.shape.nnodes > 1 && self.shape.uniform
+    }
+
+    /// Whether copy engines may run this communicator's collectives.
+    fn copy_engine_available(&self) -> bool {
+        self.caps.copy_engine.is_some() && self.shape.nnodes == 1 && self.shape.nranks > 1
+    }
+
+    /// Whether `task` goes to the copy engines instead of the kernel plan
+    /// costed at `kernel_us`: never in a group (one launch of step plans)
+    /// or for an empty call; `GPUCOLL_CE=1` wherever they can run it;
+    /// `auto` where the model says they are cheaper and no algorithm is
+    /// forced.
+    fn use_copy_engine(&self, task: &Task, grouped: bool, bytes: u64, kernel_us: f64) -> bool {
+        if grouped
+            || task.count == 0
+            || !model::copy_engine_kind(task.kind)
+            || !self.copy_engine_available()
+        {
+            return false;
+        }
+        match self.config.ce {
+            CeMode::Off => false,
+            CeMode::On => true,
+            CeMode::Auto => {
+                self.config.algo.is_none()
+                    && model::copy_engine_us(task.kind, bytes as f64, &self.shape, &self.caps)
+                        .is_some_and(|t| t < kernel_us)
+            }
+        }
     }
 
     fn direct_available(&self) -> bool {
@@ -314,10 +343,16 @@ impl Tuner {
         let best = self
             .best(task, &algos, forced_order, bytes, nchannels, true)
             .or_else(|| self.best(task, &algos, forced_order, bytes, nchannels, false));
-        let (time, mut algorithm, protocol) =
+        let (mut time, mut algorithm, mut protocol) =
             best.unwrap_or((f64::INFINITY, algos[0], Protocol::Simple));
         if grouped && algorithm == Algorithm::OneShot {
             algorithm = Algorithm::Direct;
+        }
+        if self.use_copy_engine(task, grouped, bytes, time) {
+            algorithm = Algorithm::CopyEngine;
+            protocol = Protocol::Simple;
+            time = model::copy_engine_us(task.kind, bytes as f64, &self.shape, &self.caps)
+                .unwrap_or(time);
         }
         let choice = Choice {
             algorithm,
@@ -394,6 +429,7 @@ mod tests {
             direct,
             collnet: true,
             rail: crate::tune::caps::links::MPI_RAIL,
+            copy_engine: None,
         }
     }
 
@@ -410,6 +446,53 @@ mod tests {
 
     fn multi_node() -> Topology {
         Topology::from_node_keys(0, &[0, 0, 1, 1, 2, 2, 3, 3])
+    }
+
+    #[test]
+    fn copy_engines_where_they_can_run() {
+        let with_ce = BackendCaps {
+            copy_engine: Some(crate::tune::caps::links::CUDA_CE),
+            ..caps(true)
+        };
+        let cfg = |ce| Config {
+            ce,
+            ..Config::default()
+        };
+        let one_node = Topology::single_node(0, 4);
+        let forced = Tuner::new(&one_node, &with_ce, &cfg(CeMode::On));
+        for kind in CollKind::ALL {
+            let moves_only = crate::tune::model::copy_engine_kind(kind);
+            for count in [1u64, 1000, 1 << 24] {
+                let ce = forced.choose(&task(kind, count)).algorithm == Algorithm::CopyEngine;
+                assert_eq!(ce, moves_only, "{kind:?} {count}");
+                // Never in a group launch.
+                let grouped = forced.choose_in(&task(kind, count), true).algorithm;
+                assert_ne!(grouped, Algorithm::CopyEngine, "{kind:?}");
+            }
+            assert_ne!(
+                forced.choose(&task(kind, 0)).algorithm,
+                Algorithm::CopyEngine
+            );
+        }
+        // Off, several nodes, or a backend without copy engines: never.
+        let off = Tuner::new(&one_node, &with_ce, &cfg(CeMode::Off));
+        let nodes = Tuner::new(&multi_node(), &with_ce, &cfg(CeMode::On));
+        let none = Tuner::new(&one_node, &caps(true), &cfg(CeMode::On));
+        for t in [&off, &nodes, &none] {
+            for kind in CollKind::ALL {
+                assert_ne!(
+                    t.choose(&task(kind, 1 << 24)).algorithm,
+                    Algorithm::CopyEngine
+                );
+            }
+        }
+        // Automatic: small calls keep their kernels (the copy engines' fixed
+        // cost); the choice follows the model.
+        let auto = Tuner::new(&one_node, &with_ce, &cfg(CeMode::Auto));
+        assert_ne!(
+            auto.choose(&task(CollKind::AllGather, 16)).algorithm,
+            Algorithm::CopyEngine
+        );
     }
 
     #[test]

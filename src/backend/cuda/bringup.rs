@@ -9,6 +9,7 @@ use super::abi::GcConn;
 use super::backend::CudaBackend;
 use super::cache::StepStore;
 use super::caps::caps;
+use super::ce::CopyEngines;
 use super::driver;
 use super::handles::{EventPool, IpcMapping, Stream};
 use super::layout::*;
@@ -238,7 +239,9 @@ fn map_segments(mpi: &MpiComm, topo: &Topology, a: &Agreed) -> Result<Vec<Arc<Se
     }
     let reg = (|| -> Result<()> {
         for (l, s) in segs.iter_mut().enumerate() {
-            if l == local_rank || a.transport == Transport::Shm {
+            // Peers' control words are written by our streams too: SHM
+            // FIFOs, and the copy-engine flags of the direct path.
+            if l == local_rank || a.transport == Transport::Shm || a.layout.direct {
                 s.register()?;
             }
         }
@@ -463,7 +466,9 @@ impl CudaBackend {
             .filter(|&&r| r != rank)
             .map(|&r| (r, a.pids[r]))
             .collect();
+        let ce = CopyEngines::new(ctx.ordinal);
         let inner = Arc::new(Inner {
+            ce,
             profile: HostProfile::from_env(),
             liveness: PeerLiveness::new(local_peers),
             rank,

@@ -31,5 +31,7 @@ pub(super) fn caps(layout: &Layout, transport: Transport) -> BackendCaps {
         // backend does not have: its inter-node traffic is the NET proxy.
         collnet: false,
         rail: crate::tune::caps::links::MPI_RAIL,
+        // Copy-engine collectives use the direct path's mapped peers.
+        copy_engine: layout.direct.then_some(crate::tune::caps::links::CUDA_CE),
     }
 }

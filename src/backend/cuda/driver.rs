@@ -12,6 +12,12 @@ use std::sync::OnceLock;
 
 pub(crate) use sys::{CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream};
 
+mod memops;
+pub(crate) use memops::{
+    allocation_of, memcpy_dtod_async, stream_wait_geq_u32, stream_write_u32, stream_write_u64,
+    Allocation,
+};
+
 /// Bytes of a CUDA IPC memory handle.
 pub(crate) const IPC_HANDLE_BYTES: usize = 64;
 

@@ -5,6 +5,8 @@
 //! one died it fails the communicator (the kernels of a replay in flight
 //! see the raised abort word and leave) and keeps the error for
 //! `async_error`, so a program that only replays graphs learns of it.
+//! After a failure it keeps releasing the copy-engine handshakes of
+//! replays (their waits have no abort word to see).
 
 use super::state::Inner;
 use crate::backend::shared::liveness::CHECK_EVERY;
@@ -71,13 +73,21 @@ impl Shared {
             if *stop {
                 return;
             }
-            if let Some(e) = inner.liveness.dead() {
-                // Raises the node's abort words: replayed kernels leave.
-                if inner.mark_failed(e.to_string()) {
-                    tracing::warn!(rank = inner.rank, "graph guard: {e}");
+            let mut error = self.error.lock().unwrap_or_else(|p| p.into_inner());
+            if error.is_none() {
+                if let Some(e) = inner.liveness.dead() {
+                    // Raises the node's abort words: replayed kernels leave.
+                    if inner.mark_failed(e.to_string()) {
+                        tracing::warn!(rank = inner.rank, "graph guard: {e}");
+                    }
+                    *error = Some(e);
                 }
-                *self.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                return;
+            }
+            drop(error);
+            if inner.own().abort_word() != 0 {
+                // Replayed copy-engine handshakes wait for peers that will
+                // not come: keep releasing them while replays drain.
+                inner.ce_release();
             }
         }
     }

@@ -58,6 +58,8 @@ pub(super) enum Item {
         dtype: Datatype,
         grid: u32,
     },
+    /// A copy-engine collective: no kernel.
+    Copy(Box<super::ce::CeCall>),
 }
 
 /// The step and channel tables of a submission and its launches.
@@ -483,7 +485,7 @@ pub(super) fn group_parts(chans: &[GcChan], items: &[Item]) -> Result<Vec<GroupP
     let mut parts: Vec<GroupPart> = Vec::new();
     for dt in items.iter().filter_map(|i| match i {
         Item::Steps { dtype, .. } => Some(*dtype),
-        Item::Direct { .. } => None,
+        Item::Direct { .. } | Item::Copy(_) => None,
     }) {
         if parts.iter().any(|p| p.dtype == dt) {
             continue;

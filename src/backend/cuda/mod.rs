@@ -38,11 +38,14 @@
 //! | `net.rs` | NET connectors: layout and the proxy's state machine (`net/thread.rs`: the proxy thread and NET block) |
 //! | `stream.rs` | [`CudaStream`], [`CudaGraph`] |
 //! | `abi.rs` | the structs and constants shared with `kernels/coll.cu` |
+//! | `ce/` | copy-engine collectives: the schedule of copies, the flags and the per-call board in the control segments, the registration caches, the stream sequence |
 //!
 //! With P2P and 2..=8 ranks on one node the backend also offers the direct
 //! path (`BackendCaps::direct`): all_reduce up to
 //! `tune::model::DIRECT_ONESHOT_MAX_BYTES` runs as a one-shot
-//! kernel over IPC-mapped inboxes (`gc_direct_ar_*`).
+//! kernel over IPC-mapped inboxes (`gc_direct_ar_*`), and all_gather,
+//! all_to_all, broadcast, gather and scatter may run on the copy engines
+//! (`ce/`, `GPUCOLL_CE`): no kernel at all.
 //!
 //! Multi-node communicators (real nodes, or `GPUCOLL_SIM_NODES`): peers on
 //! the rank's own node use P2P or SHM as above; peers on other nodes use
@@ -58,6 +61,7 @@ mod backend;
 mod bringup;
 mod cache;
 mod caps;
+mod ce;
 pub(crate) mod driver;
 mod guard;
 mod handles;

@@ -297,6 +297,8 @@ impl CudaPending {
                 self.abort_seen = Some(now);
             }
             if let Some(t) = self.abort_seen {
+                // Copy-engine waits no peer will complete any more.
+                self.inner.ce_release();
                 if now.duration_since(t) > ABORT_GRACE {
                     // The kernel does not leave: give up on it and leak its
                     // memory rather than free it under a running kernel.

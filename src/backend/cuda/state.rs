@@ -4,6 +4,7 @@
 
 use super::cache::Resources;
 use super::cache::StepStore;
+use super::ce::CopyEngines;
 use super::handles::{EventPool, IpcMapping, Stream};
 use super::lower::Target;
 use super::memory::{bind, DevMem, DeviceCtx};
@@ -19,12 +20,16 @@ use crate::mpi::MpiComm;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Fields release in declaration order after [`Inner::drop`]'s body: peer
+/// Fields release in declaration order after [`Inner::drop`]'s body: the
+/// copy engines' peer mappings and lanes, the context, peer
 /// IPC mappings, our stream, the module, the NET proxy, the control
 /// segments, our P2P block, the connector tables.
 pub(super) struct Inner {
     pub rank: usize,
     pub nranks: usize,
+    /// Copy-engine collectives: registration caches, lanes, call count
+    /// (released before the context).
+    pub ce: CopyEngines,
     pub ctx: DeviceCtx,
     /// Layout and the device addresses the lowered tables point at.
     pub target: Target,
@@ -114,6 +119,17 @@ impl Drop for Inner {
             // No usable context: skip the barrier; the fields release what
             // they own (the driver calls take explicit handles).
             return;
+        }
+        if self.state_error().is_some() {
+            // Failed work may wait in copy-engine handshakes that no peer
+            // will complete: release them while the stream drains.
+            let start = std::time::Instant::now();
+            while start.elapsed() < super::pending::ABORT_GRACE
+                && !super::driver::stream_query(self.stream.raw()).unwrap_or(true)
+            {
+                self.ce_release();
+                std::thread::sleep(Duration::from_micros(100));
+            }
         }
         let _ = super::driver::stream_synchronize(self.stream.raw());
         // A peer's last kernel may still write a head credit or a slot

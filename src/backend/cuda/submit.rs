@@ -4,6 +4,7 @@
 
 use super::abi::FLAG_NOTIFY;
 use super::cache::Resources;
+use super::ce::CeCall;
 use super::driver::{self, CUstream, Capture};
 use super::launch;
 use super::lower::{runs_as_oneshot, Item, Lowered, Mem};
@@ -15,6 +16,7 @@ use super::state::Inner;
 use crate::backend::Launch;
 use crate::buffer::MemoryKind;
 use crate::error::{Error, Result};
+use crate::tune::Algorithm;
 use std::sync::Arc;
 
 impl Inner {
@@ -168,6 +170,13 @@ impl Inner {
                     // completed, the direct areas for the backend's life.
                     unsafe { launch::direct(&self.kernels, dtype, grid, &mut args, stream)? };
                 }
+                Item::Copy(call) => {
+                    if tell {
+                        tag = Some(call.seq + 1);
+                    }
+                    let res = pending.res.get_or_insert_with(Resources::default);
+                    self.run_ce(&call, stream, captured, tell, res)?;
+                }
             }
         }
         self.profile.lap(&mut clock, Phase::Launch);
@@ -210,6 +219,34 @@ impl Inner {
             let plan = &bp.plan;
             let esize = plan.task.dtype.size() as u64;
             let (input, output) = self.resolve(&bp.input, &bp.output, seq, res)?;
+            if plan.algorithm == Algorithm::CopyEngine && !group && target.direct_path() {
+                let scratch = if plan.scratch_elems > 0 {
+                    let b = usize::try_from(plan.scratch_elems.saturating_mul(esize))
+                        .map_err(|_| Error::CountTooLarge(plan.scratch_elems))?;
+                    let m = DevMem::alloc(b)?;
+                    let s = Mem {
+                        addr: m.ptr,
+                        elems: plan.scratch_elems,
+                    };
+                    res.mems.push(m);
+                    s
+                } else {
+                    Mem::default()
+                };
+                let t = &plan.task;
+                lowered.items.push(Item::Copy(Box::new(CeCall {
+                    kind: t.kind,
+                    dtype: t.dtype,
+                    count: t.count,
+                    root: t.root,
+                    in_place: t.in_place,
+                    input,
+                    output,
+                    scratch,
+                    seq,
+                })));
+                continue;
+            }
             if runs_as_oneshot(plan, group, target.direct_path(), seq)? {
                 lowered
                     .items

@@ -426,6 +426,7 @@ impl HostBackend {
             direct: false,
             collnet: topo.nnodes() > 1,
             rail,
+            copy_engine: None,
         };
         let worker = if threaded {
             let w = inner.clone();

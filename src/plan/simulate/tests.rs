@@ -36,6 +36,7 @@ fn caps(slot: u64, slots: u64) -> BackendCaps {
         direct: true,
         collnet: false,
         rail: crate::tune::caps::links::MPI_RAIL,
+        copy_engine: None,
     }
 }
 

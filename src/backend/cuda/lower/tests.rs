@@ -77,6 +77,7 @@ fn planned(kind: CollKind, algorithm: Algorithm, count: u64, rank: usize, nranks
         direct: true,
         collnet: false,
         rail: crate::tune::caps::links::MPI_RAIL,
+        copy_engine: None,
     };
     let choice = crate::tune::Choice {
         algorithm,

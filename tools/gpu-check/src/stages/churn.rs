@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 /// What one process holds, by counter name.
-fn counters(gpu: i32) -> gpucoll::Result<Vec<(&'static str, i64)>> {
+pub(crate) fn counters(gpu: i32) -> gpucoll::Result<Vec<(&'static str, i64)>> {
     let count = |dir: &str| {
         std::fs::read_dir(dir)
             .map(|d| d.count() as i64)

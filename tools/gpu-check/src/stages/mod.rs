@@ -1,6 +1,7 @@
 //! The stages on the public API (`--stage NAME`) and what they share:
 //! inputs, pending raw calls and their verification.
 
+mod ce_churn;
 mod churn;
 mod dead_peer;
 mod graph;
@@ -10,6 +11,7 @@ mod raw;
 mod soak;
 mod timeout;
 
+use ce_churn::stage_ce_churn;
 use churn::stage_churn;
 pub(crate) use dead_peer::stage_dead_peer;
 use gpucoll::mpi::MpiComm;
@@ -106,6 +108,7 @@ pub(crate) fn run_stage(
         "graph" => stage_graph(world, log),
         "timeout" => stage_timeout(world, mpi, log),
         "churn" => stage_churn(world, log),
+        "ce_churn" => stage_ce_churn(world, log),
         "soak" => stage_soak(world, log),
         "oom" => stage_oom(world, log),
         "interop" => stage_interop(world, log),

@@ -1,0 +1,197 @@
+//! The copy-engine collectives' words in every rank's control segment
+//! (host shared memory, mapped by every local rank and registered with
+//! CUDA): the flags the streams hand-shake on, and the board where each
+//! rank posts, per call, the receive buffer its peers push into.
+//!
+//! * **Flags**: `ready[p]` and `done[p]` (32-bit) in rank `r`'s segment are
+//!   written by peer `p`'s stream (`cuStreamWriteValue32` through the
+//!   peer's registration of the segment) and waited on by `r`'s stream
+//!   (`cuStreamWaitValue32 ≥ 1`), which stores 0 again right after the
+//!   wait. A flag is raised again only after a causal chain through that
+//!   reset, so no value is ever missed, and replays of a captured graph
+//!   (which repeat the same constant stores) work unchanged. A host that
+//!   gives up on a call stores 1 into all of its own flags ([`release`])
+//!   so its stream can drain.
+//! * **Board**: two slots of [`Post`] per rank, used alternately by
+//!   consecutive copy-engine calls (the same on every rank). Rank `r`
+//!   posts call `c` in slot `c % 2` only after it read every peer's post
+//!   of call `c - 1`, which each peer made after reading every post of
+//!   call `c - 2`: a slot is never rewritten while a peer may still read it.
+
+use super::super::shm::{CONTROL_BYTES, STATUS_OFF};
+use crate::backend::shared::shm::Mapping;
+use std::sync::atomic::Ordering;
+
+/// Most ranks of a copy-engine communicator (the direct path's).
+pub(crate) const MAX_RANKS: usize = 8;
+/// The per-channel status area ends here (128 channels × 64 bytes).
+const STATUS_END: usize = STATUS_OFF + 128 * 64;
+/// `ready[MAX_RANKS]` (u32), on a cache line of its own.
+pub(crate) const READY_OFF: usize = STATUS_END;
+/// `done[MAX_RANKS]` (u32).
+pub(crate) const DONE_OFF: usize = READY_OFF + 64;
+/// Two slots of [`Post`].
+const BOARD_OFF: usize = DONE_OFF + 64;
+const SLOT_BYTES: usize = 128;
+const WORDS: usize = 6 + HANDLE_WORDS;
+const HANDLE_WORDS: usize = 8;
+const _: () = assert!(WORDS * 8 <= SLOT_BYTES);
+const _: () = assert!(BOARD_OFF + 2 * SLOT_BYTES <= CONTROL_BYTES);
+const _: () = assert!(MAX_RANKS * 4 <= 64);
+
+/// Offset of the flag peer `p` raises in a rank's segment.
+pub(crate) fn ready_flag(p: usize) -> usize {
+    READY_OFF + 4 * p
+}
+
+/// As [`ready_flag`] for the "done" flag.
+pub(crate) fn done_flag(p: usize) -> usize {
+    DONE_OFF + 4 * p
+}
+
+/// Store 1 into every flag of this segment, releasing whatever wait its
+/// stream is blocked in (after a failure: peers will not raise them).
+pub(crate) fn release(own: &Mapping) {
+    let ones = 1u64 | 1u64 << 32;
+    for off in (READY_OFF..DONE_OFF + 64).step_by(8) {
+        own.word(off).store(ones, Ordering::Release);
+    }
+}
+
+/// What a rank posts for one copy-engine call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Post {
+    /// The call's sequence number.
+    pub seq: u64,
+    /// The call's identity (kind, root, size, datatype): a peer that
+    /// issued another call is a protocol mismatch, not a hang.
+    pub digest: u64,
+    /// Where peers push: `None` when nobody pushes into this rank.
+    pub target: Option<Target>,
+}
+
+/// A receive buffer as peers find it: the IPC handle of its allocation
+/// (opened once per allocation, keyed by its buffer ID) and the offset of
+/// the buffer in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub buffer_id: u64,
+    pub offset: u64,
+    /// Bytes of the whole allocation (what a peer's mapping keeps alive).
+    pub alloc_bytes: u64,
+    pub handle: [u8; 64],
+}
+
+fn slot(call: u64) -> usize {
+    BOARD_OFF + (call % 2) as usize * SLOT_BYTES
+}
+
+/// Publish `post` as copy-engine call number `call` in `own`.
+pub(crate) fn publish(own: &Mapping, call: u64, post: &Post) {
+    let s = slot(call);
+    let w = |i: usize| own.word(s + 8 * i);
+    w(1).store(post.digest, Ordering::Relaxed);
+    match &post.target {
+        Some(t) => {
+            w(2).store(1, Ordering::Relaxed);
+            w(3).store(t.buffer_id, Ordering::Relaxed);
+            w(4).store(t.offset, Ordering::Relaxed);
+            w(5).store(t.alloc_bytes, Ordering::Relaxed);
+            for (i, chunk) in t.handle.chunks_exact(8).enumerate() {
+                let v = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
+                w(6 + i).store(v, Ordering::Relaxed);
+            }
+        }
+        None => w(2).store(0, Ordering::Relaxed),
+    }
+    // Published last: readers that see the tag see the rest.
+    w(0).store(post.seq + 1, Ordering::Release);
+}
+
+/// What a peer's slot for call number `call` holds, if anything: the post
+/// of that call, or of the call two before it (a smaller sequence number:
+/// not posted yet). The caller compares sequence numbers and digests.
+pub(crate) fn read(peer: &Mapping, call: u64) -> Option<Post> {
+    let s = slot(call);
+    let w = |i: usize| peer.word(s + 8 * i);
+    let tag = w(0).load(Ordering::Acquire);
+    if tag == 0 {
+        return None;
+    }
+    let target = (w(2).load(Ordering::Relaxed) == 1).then(|| {
+        let mut handle = [0u8; 64];
+        for (i, chunk) in handle.chunks_exact_mut(8).enumerate() {
+            chunk.copy_from_slice(&w(6 + i).load(Ordering::Relaxed).to_le_bytes());
+        }
+        Target {
+            buffer_id: w(3).load(Ordering::Relaxed),
+            offset: w(4).load(Ordering::Relaxed),
+            alloc_bytes: w(5).load(Ordering::Relaxed),
+            handle,
+        }
+    });
+    Some(Post {
+        seq: tag - 1,
+        digest: w(1).load(Ordering::Relaxed),
+        target,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn posts_round_trip_and_alternate_slots() {
+        let name = format!("/gpucoll.test.ceboard.{}", std::process::id());
+        let mut m = Mapping::create(&name, CONTROL_BYTES).unwrap();
+        m.unlink().unwrap();
+        assert_eq!(read(&m, 0), None);
+        let t = Target {
+            buffer_id: 77,
+            offset: 4096,
+            alloc_bytes: 1 << 20,
+            handle: std::array::from_fn(|i| i as u8 * 3),
+        };
+        let a = Post {
+            seq: 10,
+            digest: 0xabc,
+            target: Some(t),
+        };
+        publish(&m, 0, &a);
+        assert_eq!(read(&m, 0), Some(a));
+        assert_eq!(read(&m, 1), None);
+        let b = Post {
+            seq: 12,
+            digest: 0xdef,
+            target: None,
+        };
+        publish(&m, 1, &b);
+        assert_eq!(read(&m, 1), Some(b));
+        assert_eq!(read(&m, 0), Some(a));
+        // Call 2 reuses slot 0: until posted, the slot shows call 0.
+        assert_eq!(read(&m, 2), Some(a));
+        let c = Post { seq: 13, ..b };
+        publish(&m, 2, &c);
+        assert_eq!(read(&m, 2), Some(c));
+    }
+
+    #[test]
+    fn release_raises_every_flag() {
+        let name = format!("/gpucoll.test.ceflags.{}", std::process::id());
+        let mut m = Mapping::create(&name, CONTROL_BYTES).unwrap();
+        m.unlink().unwrap();
+        release(&m);
+        for p in 0..MAX_RANKS {
+            for off in [ready_flag(p), done_flag(p)] {
+                let w = m.word(off & !7).load(Ordering::Acquire);
+                let v = if off % 8 == 0 {
+                    w as u32
+                } else {
+                    (w >> 32) as u32
+                };
+                assert_eq!(v, 1, "flag at {off}");
+            }
+        }
+    }
+}
