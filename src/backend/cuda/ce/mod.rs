@@ -21,9 +21,12 @@
 //!    the call (its output may be overwritten), then waits for the
 //!    `ready` of everyone it pushes to.
 //! 3. **Copies** (`schedule.rs`): the pushes into the peers' outputs and
-//!    the local copy, `cuMemcpyDtoDAsync` each; from [`LANE_MIN_BYTES`] on,
-//!    split into pieces over [`LANES`] streams forked from and joined to
-//!    the submission's stream, so several copy engines run at once.
+//!    the local copy; from [`LANE_MIN_BYTES`] on split into pieces so that
+//!    several copy engines run at once. One `cuMemcpyBatchAsync` (looked
+//!    up at run time, CUDA 13 drivers) where it may be used; else one
+//!    `cuMemcpyDtoDAsync` per piece, over [`LANES`] streams forked from and
+//!    joined to the submission's stream (CUDA-graph capture, the legacy
+//!    default stream, `GPUCOLL_CE_BATCH=0`).
 //! 4. **Done**: each rank raises `done` in the segment of everyone it
 //!    pushed to, then waits for the `done` of everyone pushing to it
 //!    (which follows their copies in their streams' order).
@@ -111,6 +114,9 @@ impl CeCall {
 pub(super) struct CopyEngines {
     /// Whether any call ran: only then do failures release the flags.
     used: AtomicBool,
+    /// Batch copies allowed (`GPUCOLL_CE_BATCH`, default on; off after
+    /// the driver refused one).
+    batch: AtomicBool,
     state: Mutex<State>,
 }
 
@@ -127,8 +133,10 @@ struct State {
 impl CopyEngines {
     /// Nothing set up yet, for a backend on GPU `device`.
     pub(super) fn new(device: i32) -> CopyEngines {
+        let batch = std::env::var("GPUCOLL_CE_BATCH").ok().as_deref() != Some("0");
         CopyEngines {
             used: AtomicBool::new(false),
+            batch: AtomicBool::new(batch),
             state: Mutex::new(State {
                 calls: 0,
                 registry: Registry::new(device),
@@ -291,7 +299,7 @@ impl Inner {
                 copies.push((dst, src, c.bytes));
             }
         }
-        self.queue_copies(st, &copies, stream)?;
+        self.queue_copies(st, &copies, stream, captured)?;
         for &p in &sched.sends_to {
             let flag = self.segs[p].dev_at(board::done_flag(me))?;
             unsafe { driver::stream_write_u32(stream, flag, 1)? };
@@ -444,18 +452,69 @@ impl Inner {
         }
     }
 
-    /// Queue `copies` `(dst, src, bytes)` on `stream`, or, from
-    /// [`LANE_MIN_BYTES`] on, in pieces over the lanes forked from it and
-    /// joined back into it.
+    /// Queue `copies` `(dst, src, bytes)` on `stream`: one
+    /// `cuMemcpyBatchAsync` where the driver has it (not while capturing,
+    /// not on the legacy default stream, not with `GPUCOLL_CE_BATCH=0`),
+    /// else one copy each, from [`LANE_MIN_BYTES`] on in pieces over the
+    /// lanes forked from `stream` and joined back into it. Large copies are
+    /// split in pieces either way, so several copy engines can work at once.
     fn queue_copies(
         &self,
         st: &mut State,
         copies: &[(u64, u64, u64)],
         stream: CUstream,
+        captured: bool,
     ) -> Result<()> {
         let total: u64 = copies.iter().map(|c| c.2).sum();
-        if total < LANE_MIN_BYTES {
-            for &(dst, src, bytes) in copies {
+        let split = total >= LANE_MIN_BYTES;
+        let mut pieces = Vec::with_capacity(copies.len() * LANES);
+        for &(dst, src, bytes) in copies {
+            let n = if split {
+                bytes.div_ceil(LANE_PIECE_BYTES).clamp(1, LANES as u64)
+            } else {
+                1
+            };
+            // Piece boundaries on 4 KiB.
+            let step = bytes.div_ceil(n).div_ceil(4096).max(1) * 4096;
+            let mut off = 0;
+            while off < bytes {
+                let len = step.min(bytes - off);
+                pieces.push((dst + off, src + off, len));
+                off += len;
+            }
+        }
+        if !captured
+            && !stream.is_null()
+            && self.ce.batch.load(Ordering::Relaxed)
+            && driver::batch_available()
+        {
+            // SAFETY: see run_ce: every range is mapped until the work completed.
+            match unsafe { driver::memcpy_batch_async(&pieces, stream) } {
+                Ok(()) => {
+                    tracing::debug!(
+                        rank = self.rank,
+                        pieces = pieces.len(),
+                        "copy engines: one batch"
+                    );
+                    return Ok(());
+                }
+                Err(e) => {
+                    self.ce.batch.store(false, Ordering::Relaxed);
+                    tracing::warn!(
+                        rank = self.rank,
+                        "copy engines: {e}; copying piece by piece from now on"
+                    );
+                }
+            }
+        }
+        tracing::debug!(
+            rank = self.rank,
+            pieces = pieces.len(),
+            lanes = split,
+            "copy engines: one copy per piece"
+        );
+        if !split {
+            for &(dst, src, bytes) in &pieces {
                 // SAFETY: see run_ce: both ranges are mapped until the work completed.
                 unsafe { driver::memcpy_dtod_async(dst, src, bytes as usize, stream)? };
             }
@@ -477,21 +536,11 @@ impl Inner {
         for lane in &st.lanes {
             driver::stream_wait_event(lane.raw(), fork)?;
         }
-        let mut next = 0usize;
-        for &(dst, src, bytes) in copies {
-            let pieces = bytes.div_ceil(LANE_PIECE_BYTES).clamp(1, LANES as u64);
-            // Piece boundaries on 4 KiB.
-            let step = bytes.div_ceil(pieces).div_ceil(4096) * 4096;
-            let mut off = 0;
-            while off < bytes {
-                let len = step.min(bytes - off);
-                let lane = st.lanes[next % LANES].raw();
-                next += 1;
-                // SAFETY: see run_ce; the lane is joined back into `stream`
-                // below, so the copy completes before the work does.
-                unsafe { driver::memcpy_dtod_async(dst + off, src + off, len as usize, lane)? };
-                off += len;
-            }
+        for (k, &(dst, src, len)) in pieces.iter().enumerate() {
+            let lane = st.lanes[k % LANES].raw();
+            // SAFETY: see run_ce; the lane is joined back into `stream`
+            // below, so the copy completes before the work does.
+            unsafe { driver::memcpy_dtod_async(dst, src, len as usize, lane)? };
         }
         for (lane, join) in st.lanes.iter().zip(&st.joins) {
             driver::event_record(join.raw(), lane.raw())?;

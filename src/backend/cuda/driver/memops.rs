@@ -6,6 +6,7 @@
 use super::{check, ensure, sys, CUdeviceptr, CUstream};
 use crate::error::Result;
 use std::ffi::c_void;
+use std::sync::OnceLock;
 
 /// Queue a store of `value` into the 32-bit word at `addr` (device memory,
 /// or host memory registered with the device) on `s`, after everything
@@ -137,4 +138,103 @@ pub(crate) fn allocation_of(addr: u64) -> Result<Option<Allocation>> {
         base,
         bytes: bytes as u64,
     }))
+}
+
+/// `cuMemcpyBatchAsync` in its CUDA 13 form (no failure index).
+type BatchFn = unsafe extern "C" fn(
+    *mut CUdeviceptr,
+    *mut CUdeviceptr,
+    *mut usize,
+    usize,
+    *mut sys::CUmemcpyAttributes,
+    *mut usize,
+    usize,
+    CUstream,
+) -> sys::CUresult;
+
+/// The driver's batch copy, looked up once at run time: a driver older
+/// than CUDA 13 (whose entry point has another signature) or without it
+/// gives None, and the copies go one by one.
+fn batch_fn() -> Option<BatchFn> {
+    static BATCH: OnceLock<Option<BatchFn>> = OnceLock::new();
+    *BATCH.get_or_init(|| {
+        ensure().ok()?;
+        let mut version = 0;
+        // SAFETY: writes one int.
+        let r = unsafe { sys::cuDriverGetVersion(&mut version) };
+        if r != sys::CUresult::CUDA_SUCCESS || version < 13000 {
+            return None;
+        }
+        let mut p: *mut c_void = std::ptr::null_mut();
+        let mut status = sys::CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS;
+        // SAFETY: the name is NUL-terminated; writes one pointer and a status.
+        let r = unsafe {
+            sys::cuGetProcAddress_v2(
+                c"cuMemcpyBatchAsync".as_ptr(),
+                &mut p,
+                13000,
+                0,
+                &mut status,
+            )
+        };
+        if r != sys::CUresult::CUDA_SUCCESS
+            || status != sys::CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS
+            || p.is_null()
+        {
+            return None;
+        }
+        // SAFETY: asked for the CUDA 13.0 version of the symbol, whose
+        // signature `BatchFn` is.
+        Some(unsafe { std::mem::transmute::<*mut c_void, BatchFn>(p) })
+    })
+}
+
+/// Whether [`memcpy_batch_async`] is available.
+pub(crate) fn batch_available() -> bool {
+    batch_fn().is_some()
+}
+
+/// Queue `copies` `(dst, src, bytes)` as one batch on `s` (not the legacy
+/// default stream, not while capturing: the driver refuses both). The
+/// copies of a batch run in any order, the batch in stream order.
+///
+/// # Safety
+/// As [`memcpy_dtod_async`] for every copy.
+pub(crate) unsafe fn memcpy_batch_async(copies: &[(u64, u64, u64)], s: CUstream) -> Result<()> {
+    let Some(f) = batch_fn() else {
+        return Err(crate::error::Error::Backend(
+            "cuMemcpyBatchAsync is not available".into(),
+        ));
+    };
+    let mut dsts: Vec<CUdeviceptr> = copies.iter().map(|c| c.0).collect();
+    let mut srcs: Vec<CUdeviceptr> = copies.iter().map(|c| c.1).collect();
+    let mut sizes: Vec<usize> = copies.iter().map(|c| c.2 as usize).collect();
+    let invalid = sys::CUmemLocation {
+        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_INVALID,
+        id: 0,
+    };
+    let mut attrs = [sys::CUmemcpyAttributes {
+        srcAccessOrder: sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
+        srcLocHint: invalid,
+        dstLocHint: invalid,
+        flags: sys::CUmemcpyFlags::CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE as u32,
+    }];
+    let mut idx = [0usize];
+    // SAFETY: the arrays hold `copies.len()` entries (one attribute for
+    // all, from index 0); the caller guarantees the ranges.
+    check(
+        unsafe {
+            f(
+                dsts.as_mut_ptr(),
+                srcs.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                copies.len(),
+                attrs.as_mut_ptr(),
+                idx.as_mut_ptr(),
+                1,
+                s,
+            )
+        },
+        "cuMemcpyBatchAsync",
+    )
 }

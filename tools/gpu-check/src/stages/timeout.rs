@@ -1,5 +1,6 @@
-//! `--stage timeout`: a rank skips an all_reduce; every rank must get an
-//! error within the timeout and exit.
+//! `--stage timeout`: a rank skips an all_reduce (an all_gather with
+//! `GPU_TIMEOUT_CE=1`, run with `GPUCOLL_CE=1`: a copy-engine collective);
+//! every rank must get an error within the timeout and exit.
 
 use super::sum_raw;
 use gpucoll::mpi::MpiComm;
@@ -33,8 +34,33 @@ pub(crate) fn stage_timeout(
     let mut fails = 0usize;
     let dup = world.duplicate()?;
     let count = 262_144usize;
+    let ce = std::env::var("GPU_TIMEOUT_CE").ok().as_deref() == Some("1");
     let din = DeviceBuffer::from_host(gpu, &vec![1f32; count])?;
-    let mut dout = DeviceBuffer::<f32>::zeroed(gpu, count)?;
+    let out_len = if ce { count * n } else { count };
+    let mut dout = DeviceBuffer::<f32>::zeroed(gpu, out_len)?;
+    let what = if ce { "all_gather" } else { "all_reduce" };
+    // The skipped collective, blocking on `comm` or queued on `stream`.
+    let call = |comm: &Communicator,
+                dout: &mut DeviceBuffer<f32>,
+                stream: Option<gpucoll::CudaStreamRaw>|
+     -> gpucoll::Result<()> {
+        match (ce, stream) {
+            (false, None) => comm.all_reduce_into(&din, dout, ReduceOp::Sum),
+            (true, None) => comm.all_gather_into(&din, dout),
+            // SAFETY: the buffers outlive the stream work (synchronized
+            // before they are dropped).
+            (false, Some(_)) => unsafe { sum_raw(comm, &din, dout, count, stream) },
+            (true, Some(_)) => unsafe {
+                comm.all_gather_raw(
+                    super::vp(&din),
+                    super::vp(dout),
+                    count as u64,
+                    gpucoll::Datatype::F32,
+                    stream,
+                )
+            },
+        }
+    };
     let expected = |e: &gpucoll::Error, late: bool| match e {
         gpucoll::Error::Timeout { .. } | gpucoll::Error::PeerFailed(_) => true,
         gpucoll::Error::CommunicatorFailed(_) | gpucoll::Error::Aborted => late,
@@ -66,9 +92,9 @@ pub(crate) fn stage_timeout(
     say("phase A (blocking, rank 1 skips)");
     if rank != 1 {
         let t = Instant::now();
-        let r = dup.all_reduce_into(&din, &mut dout, ReduceOp::Sum);
+        let r = call(&dup, &mut dout, None);
         fails += judge(
-            "blocking all_reduce while rank 1 skips it",
+            &format!("blocking {what} while rank 1 skips it"),
             r,
             t,
             false,
@@ -80,8 +106,8 @@ pub(crate) fn stage_timeout(
     if rank == 1 {
         say("phase A: rank 1's late call");
         let t = Instant::now();
-        let r = dup.all_reduce_into(&din, &mut dout, ReduceOp::Sum);
-        fails += judge("rank 1's late blocking all_reduce", r, t, true, log);
+        let r = call(&dup, &mut dout, None);
+        fails += judge(&format!("rank 1's late blocking {what}"), r, t, true, log);
     }
     say("phase A: second barrier");
     mpi.barrier()?;
@@ -100,27 +126,32 @@ pub(crate) fn stage_timeout(
     };
     if rank != 1 {
         let t = Instant::now();
-        // SAFETY: the buffers outlive the stream work (synchronized below).
-        let q = unsafe { sum_raw(world, &din, &dout, count, Some(stream.raw())) };
-        if let Err(e) = q {
-            fails += 1;
-            let _ = writeln!(
-                log,
-                "rank {rank} WRONG queuing the stream all_reduce failed: {e}"
-            );
+        match call(world, &mut dout, Some(stream.raw())) {
+            // A copy-engine collective meets its peers on the host when it
+            // is queued: the queuing call itself times out.
+            Err(e) if ce => fails += judge("queuing the stream all_gather", Err(e), t, false, log),
+            Err(e) => {
+                fails += 1;
+                let _ = writeln!(
+                    log,
+                    "rank {rank} WRONG queuing the stream {what} failed: {e}"
+                );
+            }
+            Ok(()) => {
+                fails += judge(
+                    &format!("stream {what} while rank 1 skips it (async_error)"),
+                    poll(t),
+                    t,
+                    false,
+                    log,
+                )
+            }
         }
-        fails += judge(
-            "stream all_reduce while rank 1 skips it (async_error)",
-            poll(t),
-            t,
-            false,
-            log,
-        );
         say("phase B: stream synchronize");
         stream.synchronize()?;
         say("phase B: the next call");
         let t = Instant::now();
-        let r = unsafe { sum_raw(world, &din, &dout, count, Some(stream.raw())) };
+        let r = call(world, &mut dout, Some(stream.raw()));
         fails += judge("the next call after the stream timeout", r, t, true, log);
     }
     say("phase B: barrier");
@@ -128,10 +159,8 @@ pub(crate) fn stage_timeout(
     if rank == 1 {
         say("phase B: rank 1's late stream call");
         let t = Instant::now();
-        // SAFETY: as above.
-        let q = unsafe { sum_raw(world, &din, &dout, count, Some(stream.raw())) };
-        let r = q.and_then(|_| poll(t));
-        fails += judge("rank 1's late stream all_reduce", r, t, true, log);
+        let r = call(world, &mut dout, Some(stream.raw())).and_then(|_| poll(t));
+        fails += judge(&format!("rank 1's late stream {what}"), r, t, true, log);
         say("phase B: rank 1's stream synchronize");
         stream.synchronize()?;
     }
