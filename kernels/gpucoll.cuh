@@ -158,12 +158,21 @@ struct GcArgs {
 // reduce_scatter and all_to_all send peer p the input's segment p.
 // all_reduce and reduce_scatter fold what arrives into one segment of
 // output; all_gather and all_to_all place peer p's segment at output
-// segment p.
+// segment p. The rooted ones (root in flags bits 12..15) move data only
+// between the root and the others: broadcast and scatter (segment p to
+// peer p) from the root, reduce (folded at the root) and gather (placed
+// at segment p of the root's output) to it; every rank still exchanges
+// flags with every peer, so launches stay in step on all ranks.
 #define GC_DIRECT_KIND_SHIFT 8u
 #define GC_DIRECT_ALL_REDUCE 0u
 #define GC_DIRECT_ALL_GATHER 1u
 #define GC_DIRECT_REDUCE_SCATTER 2u
 #define GC_DIRECT_ALL_TO_ALL 3u
+#define GC_DIRECT_BROADCAST 4u
+#define GC_DIRECT_REDUCE 5u
+#define GC_DIRECT_GATHER 6u
+#define GC_DIRECT_SCATTER 7u
+#define GC_DIRECT_ROOT_SHIFT 12u
 // LL lines before the data lines of an inbox: one header line per block.
 #define GC_LL_HEADER_LINES GC_DIRECT_MAX_BLOCKS
 

@@ -34,15 +34,40 @@
 #include "primitives.cuh"
 #include "reduce.cuh"
 
-// The collective of a direct launch (GC_DIRECT_*).
+// The collective of a direct launch (GC_DIRECT_*) and its root.
 __device__ __forceinline__ uint32_t direct_kind(const GcDirectArgs& a) { return (a.flags >> GC_DIRECT_KIND_SHIFT) & 15u; }
+__device__ __forceinline__ uint32_t direct_root(const GcDirectArgs& a) { return (a.flags >> GC_DIRECT_ROOT_SHIFT) & 15u; }
 // Whether peer p gets the input's segment p (else the whole input).
 __device__ __forceinline__ bool direct_per_peer(uint32_t kind) {
-  return kind == GC_DIRECT_REDUCE_SCATTER || kind == GC_DIRECT_ALL_TO_ALL;
+  return kind == GC_DIRECT_REDUCE_SCATTER || kind == GC_DIRECT_ALL_TO_ALL || kind == GC_DIRECT_SCATTER;
 }
-// Whether what arrives is folded (else placed at the sender's output segment).
+// Whether what arrives is folded (else placed).
 __device__ __forceinline__ bool direct_folds(uint32_t kind) {
-  return kind == GC_DIRECT_ALL_REDUCE || kind == GC_DIRECT_REDUCE_SCATTER;
+  return kind == GC_DIRECT_ALL_REDUCE || kind == GC_DIRECT_REDUCE_SCATTER || kind == GC_DIRECT_REDUCE;
+}
+// Whether rank `me` pushes data to peer p (flags go to every peer).
+__device__ __forceinline__ bool direct_sends(uint32_t kind, uint32_t me, uint32_t p, uint32_t root) {
+  switch (kind) {
+    case GC_DIRECT_BROADCAST:
+    case GC_DIRECT_SCATTER: return me == root;
+    case GC_DIRECT_REDUCE:
+    case GC_DIRECT_GATHER: return p == root;
+    default: return true;
+  }
+}
+// Whether rank `me` writes output from rank p's data (p == me: its own),
+// and at which output segment.
+__device__ __forceinline__ bool direct_uses(uint32_t kind, uint32_t me, uint32_t p, uint32_t root) {
+  switch (kind) {
+    case GC_DIRECT_BROADCAST:
+    case GC_DIRECT_SCATTER: return p == root;
+    case GC_DIRECT_REDUCE:
+    case GC_DIRECT_GATHER: return me == root;
+    default: return true;
+  }
+}
+__device__ __forceinline__ uint64_t direct_out_seg(uint32_t kind, uint32_t p) {
+  return (kind == GC_DIRECT_ALL_GATHER || kind == GC_DIRECT_ALL_TO_ALL || kind == GC_DIRECT_GATHER) ? p : 0;
 }
 
 // Fold packs k, k+nt, ... of this block's slice (byte offset `off`) in rank
@@ -91,8 +116,9 @@ __device__ __forceinline__ void direct_push(const GcDirectArgs& a, uint64_t src,
 #pragma unroll
     for (int u = 0; u < U; u++) scale_pack<T>(x[u], sa);
   }
+  const uint32_t kind = direct_kind(a), root = direct_root(a);
   for (uint32_t p = 0; p < a.nranks; p++) {
-    if (p == a.rank || (only != a.nranks && p != only)) continue;
+    if (p == a.rank || (only != a.nranks && p != only) || !direct_sends(kind, a.rank, p, root)) continue;
 #pragma unroll
     for (int u = 0; u < U; u++) *reinterpret_cast<uint4*>(a.put_data[p] + poff + off + (k + u * nt) * 16) = x[u];
   }
@@ -147,7 +173,7 @@ __device__ void direct_simple(const GcDirectArgs& a, uint64_t e, uint64_t poff, 
   const uint64_t per = ((a.count + gridDim.x - 1) / gridDim.x + E - 1) / E * E;
   const uint64_t lo = min(a.count, b * per), hi = min(a.count, lo + per);
   const uint64_t n = hi - lo;
-  const uint32_t kind = direct_kind(a);
+  const uint32_t kind = direct_kind(a), root = direct_root(a);
   const bool per_peer = direct_per_peer(kind), folds = direct_folds(kind);
   const uint64_t seg = a.count * sizeof(T);  // bytes of one segment
   // Segments other than the first are 16-byte aligned only if seg is.
@@ -155,8 +181,11 @@ __device__ void direct_simple(const GcDirectArgs& a, uint64_t e, uint64_t poff, 
   const bool pre = a.flags & GC_FLAG_PRE_OP;
   const uint64_t off = lo * sizeof(T);  // byte offset of this block's slice
   const uint64_t own = a.input + (per_peer ? a.rank * seg : 0);  // our own segment
+  // Whether this rank pushes any data (rooted collectives: root or not).
+  bool sender = false;
+  for (uint32_t p = 0; p < a.nranks; p++) sender |= p != a.rank && direct_sends(kind, a.rank, p, root);
   // 1. push (the whole input to all at once, or segment p to peer p)
-  for (uint32_t q = 0; q < (per_peer ? a.nranks : 1u); q++) {
+  for (uint32_t q = 0; sender && q < (per_peer ? a.nranks : 1u); q++) {
     if (per_peer && q == a.rank) continue;
     const uint32_t only = per_peer ? q : a.nranks;
     const uint64_t src = a.input + (per_peer ? q * seg : 0);
@@ -172,7 +201,8 @@ __device__ void direct_simple(const GcDirectArgs& a, uint64_t e, uint64_t poff, 
       T v = reinterpret_cast<const T*>(src + off)[i];
       if (pre) v = Arith<T>::scale(v, sa);
       for (uint32_t p = 0; p < a.nranks; p++)
-        if (p != a.rank && (only == a.nranks || p == only)) reinterpret_cast<T*>(a.put_data[p] + poff + off)[i] = v;
+        if (p != a.rank && (only == a.nranks || p == only) && direct_sends(kind, a.rank, p, root))
+          reinterpret_cast<T*>(a.put_data[p] + poff + off)[i] = v;
     }
   }
   __threadfence_system();
@@ -212,11 +242,12 @@ __device__ void direct_simple(const GcDirectArgs& a, uint64_t e, uint64_t poff, 
   __syncthreads();
   if (*stop) return;
   if (!folds) {
-    // 3. gathers: every peer's slice (and our own) to its output segment
+    // 3. gathers: every used peer's slice (and our own) to its output segment
     for (uint32_t p = 0; p < a.nranks; p++) {
+      if (!direct_uses(kind, a.rank, p, root)) continue;
       const bool mine = p == a.rank;
       const uint64_t src = (mine ? own : a.get_data[p] + poff) + off;
-      const uint64_t dst = a.output + p * seg + off;
+      const uint64_t dst = a.output + direct_out_seg(kind, p) * seg + off;
       if (src == dst) continue;  // in place
       uint64_t done = 0;
       if (vec) {
@@ -231,7 +262,8 @@ __device__ void direct_simple(const GcDirectArgs& a, uint64_t e, uint64_t poff, 
     }
     return;
   }
-  // 3. reduce in rank order
+  // 3. reduce in rank order (a reduce: at the root only)
+  if (!direct_uses(kind, a.rank, a.rank, root)) return;
   uint64_t done = 0;
   if (vec) {
     const uint64_t npk = n / E;
@@ -309,24 +341,27 @@ __device__ void direct_ll(const GcDirectArgs& a, uint64_t e, uint64_t poff, int*
   const uint64_t units = (a.count + E8 - 1) / E8;
   const uint64_t per = (units + gridDim.x - 1) / gridDim.x;
   const uint64_t lo = min(units, b * per), hi = min(units, lo + per);
-  const uint32_t kind = direct_kind(a);
+  const uint32_t kind = direct_kind(a), root = direct_root(a);
   const bool per_peer = direct_per_peer(kind), folds = direct_folds(kind);
   const uint64_t seg = a.count * sizeof(T);
   const uint64_t own = a.input + (per_peer ? a.rank * seg : 0);
-  // 1. push the header and this block's lines to every peer
+  bool sender = false;
+  for (uint32_t p = 0; p < a.nranks; p++) sender |= p != a.rank && direct_sends(kind, a.rank, p, root);
+  // 1. push the header to every peer, this block's lines to those we send to
   if (tid == 0) {
     for (uint32_t p = 0; p < a.nranks; p++)
       if (p != a.rank) st_ll(a.put_data[p] + poff + a.ll_off + b * 16, a.meta, flag);
   }
-  for (uint64_t i = lo + tid; i < hi; i += nt) {
+  for (uint64_t i = lo + tid; sender && i < hi; i += nt) {
     if (per_peer) {
       for (uint32_t p = 0; p < a.nranks; p++)
-        if (p != a.rank)
+        if (p != a.rank && direct_sends(kind, a.rank, p, root))
           st_ll(a.put_data[p] + poff + a.ll_off + (GC_LL_HEADER_LINES + i) * 16, ll_load_unit<T>(a, a.input + p * seg, i, sa), flag);
     } else {
       const uint64_t w = ll_load_unit<T>(a, a.input, i, sa);
       for (uint32_t p = 0; p < a.nranks; p++)
-        if (p != a.rank) st_ll(a.put_data[p] + poff + a.ll_off + (GC_LL_HEADER_LINES + i) * 16, w, flag);
+        if (p != a.rank && direct_sends(kind, a.rank, p, root))
+          st_ll(a.put_data[p] + poff + a.ll_off + (GC_LL_HEADER_LINES + i) * 16, w, flag);
     }
   }
   // 2. headers: the peers issued the same call
@@ -351,21 +386,22 @@ __device__ void direct_ll(const GcDirectArgs& a, uint64_t e, uint64_t poff, int*
   }
   __syncthreads();
   if (*stop) return;
-  // 3. fold every unit in rank order, or place every peer's unit
+  // 3. fold every unit in rank order, or place every used peer's unit
   bool aborted = false;
   for (uint64_t i = lo + tid; i < hi && !aborted; i += nt) {
     T acc[E8];
     for (uint32_t p = 0; p < a.nranks; p++) {
+      if (!direct_uses(kind, a.rank, p, root)) continue;
       uint64_t w;
       if (p == a.rank) {
-        if (!folds && own == a.output + p * seg) continue;  // in place
+        if (!folds && own == a.output + direct_out_seg(kind, p) * seg) continue;  // in place
         w = ll_load_unit<T>(a, own, i, sa);
       } else if (!ld_ll(a.get_data[p] + poff + a.ll_off + (GC_LL_HEADER_LINES + i) * 16, flag, a.abort_word, &w)) {
         aborted = true;
         break;
       }
       if (!folds) {
-        ll_store_unit<T>(a, a.output + p * seg, i, w);
+        ll_store_unit<T>(a, a.output + direct_out_seg(kind, p) * seg, i, w);
         continue;
       }
       T x[E8];
@@ -373,7 +409,7 @@ __device__ void direct_ll(const GcDirectArgs& a, uint64_t e, uint64_t poff, int*
 #pragma unroll
       for (int j = 0; j < E8; j++) acc[j] = p == 0 ? x[j] : combine<T, OP>(acc[j], x[j], a.op);
     }
-    if (aborted || !folds) continue;
+    if (aborted || !folds || !direct_uses(kind, a.rank, a.rank, root)) continue;
     if (a.flags & GC_FLAG_POST_OP) {
 #pragma unroll
       for (int j = 0; j < E8; j++) acc[j] = Arith<T>::div(acc[j], a.div, a.op);

@@ -133,5 +133,10 @@ const C_CONSTS: &[(&str, u64)] = &[
     ("GC_DIRECT_ALL_GATHER", 1),
     ("GC_DIRECT_REDUCE_SCATTER", 2),
     ("GC_DIRECT_ALL_TO_ALL", 3),
+    ("GC_DIRECT_BROADCAST", 4),
+    ("GC_DIRECT_REDUCE", 5),
+    ("GC_DIRECT_GATHER", 6),
+    ("GC_DIRECT_SCATTER", 7),
+    ("GC_DIRECT_ROOT_SHIFT", 12),
     ("GC_LL_HEADER_LINES", 64),
 ];

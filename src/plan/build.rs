@@ -25,11 +25,7 @@ fn effective_algorithm(kind: CollKind, chosen: Algorithm) -> Algorithm {
         CollKind::AllReduce => chosen,
         // A GPU backend runs these one-shot plans as its direct kernel; the
         // steps (ring or pairwise, below) are what others execute.
-        CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll
-            if chosen == Algorithm::OneShot =>
-        {
-            Algorithm::OneShot
-        }
+        _ if chosen == Algorithm::OneShot => Algorithm::OneShot,
         // A backend with copy engines runs these plans by DMA copies; the
         // steps (ring or pairwise, below) are what others execute.
         CollKind::AllGather

@@ -119,12 +119,21 @@ pub fn estimate_us(
         (CollKind::AllReduce, Algorithm::OneShot) => {
             return oneshot_us(proto, bytes, shape, caps);
         }
-        // Every rank sends one segment (a rank's share) to each peer.
+        // Every rank sends one segment (a rank's share) to each peer; the
+        // root of a broadcast or reduce moves its whole buffer to or from
+        // every peer, of a gather or scatter one share each.
         (
-            CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll,
+            CollKind::AllGather
+            | CollKind::ReduceScatter
+            | CollKind::AllToAll
+            | CollKind::Gather
+            | CollKind::Scatter,
             Algorithm::OneShot,
         ) if caps.direct => {
             return oneshot_us(proto, bytes / n as f64, shape, caps);
+        }
+        (CollKind::Broadcast | CollKind::Reduce, Algorithm::OneShot) if caps.direct => {
+            return oneshot_us(proto, bytes, shape, caps);
         }
         (CollKind::AllReduce, Algorithm::CollNet) => {
             return collnet_us(proto, nchannels, bytes, shape, caps);

@@ -115,15 +115,12 @@ impl Tuner {
                 }
                 v
             }
-            CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll => {
+            _ => {
                 let mut v = vec![base_algorithm(kind)];
                 if self.direct_available() {
                     v.push(Algorithm::OneShot);
                 }
                 v
-            }
-            CollKind::Reduce | CollKind::Broadcast | CollKind::Gather | CollKind::Scatter => {
-                vec![base_algorithm(kind)]
             }
         }
     }
@@ -204,10 +201,9 @@ impl Tuner {
                 Some(vec![Algorithm::OneShot, beyond])
             }
             // Beyond the inboxes, the collective's own algorithm.
-            (
-                CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll,
-                Algorithm::OneShot,
-            ) if self.direct_available() => Some(vec![Algorithm::OneShot, base_algorithm(kind)]),
+            (_, Algorithm::OneShot) if kind != CollKind::AllReduce && self.direct_available() => {
+                Some(vec![Algorithm::OneShot, base_algorithm(kind)])
+            }
             (CollKind::AllReduce, Algorithm::Direct | Algorithm::OneShot) => {
                 self.warn_once(
                     WARN_DIRECT_UNAVAILABLE,
@@ -519,9 +515,7 @@ mod tests {
                         assert_eq!(ch.chunk_bytes % 64, 0);
                         assert!(c.protocols.contains(&ch.protocol));
                         match kind {
-                            CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll
-                                if ch.algorithm == Algorithm::OneShot =>
-                            {
+                            k if k != CollKind::AllReduce && ch.algorithm == Algorithm::OneShot => {
                                 // Segments of n elements in the inboxes.
                                 assert!(direct && topo.nnodes() == 1);
                                 assert!(n * 4 <= model::DIRECT_ONESHOT_MAX_BYTES);
@@ -663,13 +657,6 @@ mod tests {
                 let ch = t.choose(&task(kind, n));
                 if ch.protocol == Protocol::LL {
                     assert_eq!(ch.algorithm, Algorithm::OneShot, "{kind:?}");
-                    assert!(matches!(
-                        kind,
-                        CollKind::AllReduce
-                            | CollKind::AllGather
-                            | CollKind::ReduceScatter
-                            | CollKind::AllToAll
-                    ));
                     assert!(n * 4 <= model::DIRECT_LL_MAX_BYTES);
                 }
             }

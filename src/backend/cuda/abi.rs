@@ -54,6 +54,12 @@ pub(crate) const DIRECT_ALL_REDUCE: u32 = 0;
 pub(crate) const DIRECT_ALL_GATHER: u32 = 1;
 pub(crate) const DIRECT_REDUCE_SCATTER: u32 = 2;
 pub(crate) const DIRECT_ALL_TO_ALL: u32 = 3;
+pub(crate) const DIRECT_BROADCAST: u32 = 4;
+pub(crate) const DIRECT_REDUCE: u32 = 5;
+pub(crate) const DIRECT_GATHER: u32 = 6;
+pub(crate) const DIRECT_SCATTER: u32 = 7;
+/// `GC_DIRECT_ROOT_SHIFT`: the root of a rooted one-shot, in flags bits 12..15.
+pub(crate) const DIRECT_ROOT_SHIFT: u32 = 12;
 /// `GC_LL_HEADER_LINES`: header lines before an LL inbox's data lines.
 pub(crate) const LL_HEADER_LINES: u64 = 64;
 
@@ -440,6 +446,11 @@ mod layout_tests {
             ("GC_DIRECT_ALL_GATHER", DIRECT_ALL_GATHER.into()),
             ("GC_DIRECT_REDUCE_SCATTER", DIRECT_REDUCE_SCATTER.into()),
             ("GC_DIRECT_ALL_TO_ALL", DIRECT_ALL_TO_ALL.into()),
+            ("GC_DIRECT_BROADCAST", DIRECT_BROADCAST.into()),
+            ("GC_DIRECT_REDUCE", DIRECT_REDUCE.into()),
+            ("GC_DIRECT_GATHER", DIRECT_GATHER.into()),
+            ("GC_DIRECT_SCATTER", DIRECT_SCATTER.into()),
+            ("GC_DIRECT_ROOT_SHIFT", DIRECT_ROOT_SHIFT.into()),
             ("GC_ERR_NONE", ERR_NONE.into()),
             ("GC_ERR_ABORTED", ERR_ABORTED.into()),
             ("GC_ERR_META", ERR_META.into()),

@@ -123,13 +123,16 @@ pub(super) fn direct_kind(kind: CollKind) -> Option<u32> {
         CollKind::AllGather => Some(DIRECT_ALL_GATHER),
         CollKind::ReduceScatter => Some(DIRECT_REDUCE_SCATTER),
         CollKind::AllToAll => Some(DIRECT_ALL_TO_ALL),
-        _ => None,
+        CollKind::Broadcast => Some(DIRECT_BROADCAST),
+        CollKind::Reduce => Some(DIRECT_REDUCE),
+        CollKind::Gather => Some(DIRECT_GATHER),
+        CollKind::Scatter => Some(DIRECT_SCATTER),
     }
 }
 
 /// Whether this plan runs as the one-shot kernel instead of its steps: the
 /// planner emits the one-shot as its own shape (`Algorithm::OneShot`, for
-/// all_reduce, all_gather, reduce_scatter and all_to_all), which this
+/// every collective), which this
 /// backend runs as its kernel. The one place that decides it: it depends
 /// only on the plan and on facts agreed at bring-up (`direct_path`: the
 /// one-shot inboxes exist), so every rank decides alike and the inbox
@@ -183,19 +186,24 @@ impl Target {
         })?;
         let bytes = task.count.saturating_mul(dtype.size() as u64);
         let n = self.nranks as u64;
-        // Segments of `count` elements: one per rank on the side that holds
-        // every rank's.
+        // Segments of `count` elements this rank reads and writes: one per
+        // rank on the side that holds every rank's; none where a rooted
+        // collective has no buffer.
+        let root = task.root == self.rank;
         let (in_segs, out_segs) = match task.kind {
             CollKind::AllGather => (1, n),
             CollKind::ReduceScatter => (n, 1),
             CollKind::AllToAll => (n, n),
-            _ => (1, 1),
+            CollKind::Broadcast => (u64::from(root), 1),
+            CollKind::Reduce => (1, u64::from(root)),
+            CollKind::Gather => (1, if root { n } else { 0 }),
+            CollKind::Scatter => (if root { n } else { 0 }, 1),
+            CollKind::AllReduce => (1, 1),
         };
-        if input.addr == 0
-            || output.addr == 0
-            || input.elems < task.count.saturating_mul(in_segs)
-            || output.elems < task.count.saturating_mul(out_segs)
-        {
+        let holds = |m: &Mem, segs: u64| {
+            segs == 0 || (m.addr != 0 && m.elems >= task.count.saturating_mul(segs))
+        };
+        if !holds(&input, in_segs) || !holds(&output, out_segs) || task.root >= self.nranks {
             return Err(plan_error(
                 seq,
                 0,
@@ -220,7 +228,7 @@ impl Target {
                 format!("an LL one-shot of {bytes} bytes (at most {DIRECT_LL_MAX_BYTES})"),
             ));
         }
-        let mut flags = kind << DIRECT_KIND_SHIFT;
+        let mut flags = kind << DIRECT_KIND_SHIFT | (task.root as u32) << DIRECT_ROOT_SHIFT;
         if red.pre_scale.is_some() {
             flags |= FLAG_PRE_OP;
         }

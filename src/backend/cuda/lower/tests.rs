@@ -512,14 +512,56 @@ fn oneshot_of_the_other_collectives_sizes_its_segments() {
         panic!("not a one-shot item");
     };
     assert_eq!(args.flags >> DIRECT_KIND_SHIFT, DIRECT_ALL_REDUCE);
-    // No one-shot kernel for the rooted collectives: an error, not a launch.
+    // The rooted collectives: rank 1 as the root and not; a buffer the
+    // rank does not use may be absent.
+    let none = Mem::default();
     for kind in [
         CollKind::Broadcast,
         CollKind::Reduce,
         CollKind::Gather,
         CollKind::Scatter,
     ] {
-        let p = plan(kind, Algorithm::OneShot, count, Vec::new());
-        assert!(runs_as_oneshot(&p, false, true, 1).is_err(), "{kind:?}");
+        for root in [1usize, 2] {
+            let me = root == 1;
+            let (ins, outs) = match kind {
+                CollKind::Broadcast => (u64::from(me), 1),
+                CollKind::Reduce => (1, u64::from(me)),
+                CollKind::Gather => (1, if me { 4 } else { 0 }),
+                _ => (if me { 4 } else { 0 }, 1),
+            };
+            let mut p = plan(kind, Algorithm::OneShot, count, Vec::new());
+            p.task.root = root;
+            assert!(runs_as_oneshot(&p, false, true, 1).unwrap(), "{kind:?}");
+            let mem = |segs: u64, m: fn(u64) -> Mem| if segs == 0 { none } else { m(count * segs) };
+            let bufs = (
+                mem(ins, |e| Mem {
+                    addr: IN.addr,
+                    elems: e,
+                }),
+                mem(outs, |e| Mem {
+                    addr: OUT.addr,
+                    elems: e,
+                }),
+            );
+            let Item::Direct { args, .. } = t.oneshot(&p, bufs.0, bufs.1, 3).unwrap() else {
+                panic!("not a one-shot item");
+            };
+            assert_eq!(
+                (args.flags >> DIRECT_KIND_SHIFT) & 15,
+                direct_kind(kind).unwrap()
+            );
+            assert_eq!(
+                (args.flags >> DIRECT_ROOT_SHIFT) & 15,
+                root as u32,
+                "{kind:?}"
+            );
+            assert_eq!(args.count, count);
+            if ins > 0 {
+                assert!(t.oneshot(&p, none, bufs.1, 3).is_err(), "{kind:?} {root}");
+            }
+            if outs > 0 {
+                assert!(t.oneshot(&p, bufs.0, none, 3).is_err(), "{kind:?} {root}");
+            }
+        }
     }
 }
