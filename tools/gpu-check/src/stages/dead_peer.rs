@@ -5,6 +5,7 @@
 //! survivor prints one `DEADPEER ok` or `DEADPEER FAIL` line and exits
 //! after freeing its communicator, without finalizing MPI.
 //!
+//! With `GPUCOLL_CE=1` the collective is a copy-engine all_gather instead.
 //! `GPU_DEADPEER_MODE` picks what the survivors are doing when it dies:
 //! `blocking` (blocking calls, the default), `immediate` (an immediate
 //! request, then wait), `stream` (ten calls queued on a stream, then a
@@ -43,16 +44,38 @@ pub(crate) fn stage_dead_peer(world: Communicator) -> ! {
         std::process::exit(1);
     };
     let count = 16_384usize;
+    // With GPUCOLL_CE=1 the survivors issue copy-engine all_gathers instead
+    // (a peer dying while their streams wait in the copy engines' flags).
+    let ce = std::env::var("GPUCOLL_CE").ok().as_deref() == Some("1");
     let run = || -> gpucoll::Result<()> {
         let din = DeviceBuffer::from_host(gpu, &vec![1f32; count])?;
-        let mut dout = DeviceBuffer::<f32>::zeroed(gpu, count)?;
+        let mut dout = DeviceBuffer::<f32>::zeroed(gpu, if ce { count * n } else { count })?;
         let stream = CudaStream::new(gpu)?;
         let s = Some(stream.raw());
+        // Queue one collective on `s`.
+        let queue = |dout: &DeviceBuffer<f32>| -> gpucoll::Result<()> {
+            if ce {
+                // SAFETY: din and dout outlive the work: the stream is
+                // synchronized before this closure's buffers drop.
+                unsafe {
+                    world.all_gather_raw(
+                        super::vp(&din),
+                        super::vp(dout),
+                        count as u64,
+                        gpucoll::Datatype::F32,
+                        s,
+                    )
+                }
+            } else {
+                // SAFETY: as above.
+                unsafe { sum_raw(&world, &din, dout, count, s) }
+            }
+        };
         let graph = if mode == "graph" {
             stream.begin_capture()?;
-            // SAFETY: din and dout outlive the graph and every replay
-            // (all end with this closure, after a synchronize).
-            let captured = unsafe { sum_raw(&world, &din, &dout, count, s) };
+            // din and dout outlive the graph and every replay (all end
+            // with this closure, after a synchronize).
+            let captured = queue(&dout);
             let graph = stream.end_capture();
             captured?;
             Some(graph?)
@@ -62,6 +85,9 @@ pub(crate) fn stage_dead_peer(world: Communicator) -> ! {
         // One step of the survivors' work: Ok(()) when it completed.
         let mut step = || -> gpucoll::Result<()> {
             match mode.as_str() {
+                "immediate" if ce => {
+                    scope(|sc| world.immediate_all_gather_into(sc, &din, &mut dout)?.wait())
+                }
                 "immediate" => scope(|sc| {
                     world
                         .immediate_all_reduce_into(sc, &din, &mut dout, ReduceOp::Sum)?
@@ -69,8 +95,8 @@ pub(crate) fn stage_dead_peer(world: Communicator) -> ! {
                 }),
                 "stream" => {
                     for _ in 0..10 {
-                        // SAFETY: as above; synchronized before returning.
-                        unsafe { sum_raw(&world, &din, &dout, count, s)? };
+                        // As above; synchronized before returning.
+                        queue(&dout)?;
                     }
                     stream.synchronize()?;
                     world.async_error()
@@ -80,6 +106,7 @@ pub(crate) fn stage_dead_peer(world: Communicator) -> ! {
                     stream.synchronize()?;
                     world.async_error()
                 }
+                _ if ce => world.all_gather_into(&din, &mut dout),
                 _ => world.all_reduce_into(&din, &mut dout, ReduceOp::Sum),
             }
         };
