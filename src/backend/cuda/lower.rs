@@ -59,7 +59,48 @@ pub(super) enum Item {
         grid: u32,
     },
     /// A copy-engine collective: no kernel.
-    Copy(Box<super::ce::CeCall>),
+    Copy(Box<CeCall>),
+}
+
+/// One copy-engine collective, as lowered.
+#[derive(Debug, Clone)]
+pub(super) struct CeCall {
+    pub kind: CollKind,
+    pub dtype: Datatype,
+    pub count: u64,
+    pub root: usize,
+    pub in_place: bool,
+    pub input: Mem,
+    pub output: Mem,
+    /// In-place all_to_all: room for a copy of the output.
+    pub scratch: Mem,
+    pub seq: u64,
+}
+
+impl CeCall {
+    pub(super) fn esize(&self) -> u64 {
+        self.dtype.size() as u64
+    }
+    /// Bytes of one rank's share (the whole message of a broadcast).
+    pub(super) fn block(&self) -> u64 {
+        self.count.saturating_mul(self.esize())
+    }
+    /// What every rank's post must agree on (never the in-place flag:
+    /// the root of gather and scatter may be in place alone).
+    pub(super) fn digest(&self) -> u64 {
+        let kind = CollKind::ALL
+            .iter()
+            .position(|k| *k == self.kind)
+            .unwrap_or(99) as u64;
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for v in [kind, self.root as u64, self.count, self.esize()] {
+            for b in v.to_le_bytes() {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+        h
+    }
 }
 
 /// The step and channel tables of a submission and its launches.

@@ -109,6 +109,10 @@ impl Inner {
     }
 }
 
+/// How long a failed communicator's teardown keeps releasing copy-engine
+/// waits for its stream to drain before it synchronizes it anyway.
+const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// How long a dropped communicator waits for its peers to drop theirs
 /// before it leaks its P2P block instead of freeing it under them.
 const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -124,7 +128,7 @@ impl Drop for Inner {
             // Failed work may wait in copy-engine handshakes that no peer
             // will complete: release them while the stream drains.
             let start = std::time::Instant::now();
-            while start.elapsed() < super::pending::ABORT_GRACE
+            while start.elapsed() < DRAIN_LIMIT
                 && !super::driver::stream_query(self.stream.raw()).unwrap_or(true)
             {
                 self.ce_release();

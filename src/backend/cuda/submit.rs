@@ -4,10 +4,10 @@
 
 use super::abi::FLAG_NOTIFY;
 use super::cache::Resources;
-use super::ce::CeCall;
+
 use super::driver::{self, CUstream, Capture};
 use super::launch;
-use super::lower::{runs_as_oneshot, Item, Lowered, Mem};
+use super::lower::{runs_as_oneshot, CeCall, Item, Lowered, Mem};
 use super::memory::{bind, DevMem};
 use super::order::{stream_mode, Order};
 use super::pending::CudaPending;

@@ -1,0 +1,432 @@
+//! The sequence of one copy-engine call (steps 1-4 of the module doc) and
+//! the release of its waits after a failure: `impl Inner`, apart from the
+//! state the backend owns (`mod.rs`), so that state does not depend on
+//! the backend's own type.
+
+use super::super::cache::Resources;
+use super::super::driver::{self, CUstream};
+use super::super::handles::{Event, Stream};
+use super::super::lower::{CeCall, Mem};
+use super::super::memory::DevMem;
+use super::super::state::Inner;
+use super::board::{self, Post, Target};
+use super::registry::{Registry, BLOCK_BYTES};
+use super::schedule::{self, incoming, schedule, Source};
+use super::State;
+use crate::error::{Error, Result};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Streams the copies of a large call are spread over.
+pub(crate) const LANES: usize = 4;
+/// Calls moving at least this many bytes (all copies together) use the
+/// lanes; smaller ones queue their copies on the submission's stream.
+pub(crate) const LANE_MIN_BYTES: u64 = 8 << 20;
+/// Smallest piece a copy is split into for the lanes.
+const LANE_PIECE_BYTES: u64 = 2 << 20;
+/// Host waits for peers' posts spin this long before they sleep.
+const POST_SPIN: Duration = Duration::from_micros(200);
+/// How often a waiting host looks at abort words and peers' processes.
+const CHECK_EVERY: Duration = Duration::from_millis(1);
+
+impl Inner {
+    /// Release every copy-engine wait of our stream after a failure (the
+    /// peers will not raise our flags any more): called while failed work
+    /// drains, as often as the waits go on.
+    pub(in crate::backend::cuda) fn ce_release(&self) {
+        if self.ce.used.load(Ordering::Acquire) {
+            board::release(self.own().as_ref());
+        }
+    }
+
+    /// Queue copy-engine call `call` on `stream`; `notify`: store
+    /// `seq + 1` into channel 0's done word at the end (a blocking call's
+    /// completion, as its last kernel would).
+    pub(in crate::backend::cuda) fn run_ce(
+        &self,
+        call: &CeCall,
+        stream: CUstream,
+        captured: bool,
+        notify: bool,
+        res: &mut Resources,
+    ) -> Result<()> {
+        let (n, me) = (self.nranks, self.rank);
+        if self.segs.len() != n || n > board::MAX_RANKS {
+            return Err(Error::Backend(format!(
+                "copy-engine collective on {n} ranks with {} local segments",
+                self.segs.len()
+            )));
+        }
+        let block = call.block();
+        let sched = schedule(call.kind, n, me, call.root, block, call.in_place);
+        self.check_ce_buffers(call, &sched)?;
+        let mut st = self.ce.state.lock().unwrap_or_else(|p| p.into_inner());
+        self.ce.used.store(true, Ordering::Release);
+        st.registry.begin_call()?;
+        let number = st.calls;
+        st.calls += 1;
+
+        // 1. Post where peers push, then read every peer's post.
+        let out_bytes = call.output.elems.saturating_mul(call.esize());
+        let mut bounce = None;
+        let target = if sched.receives_from.is_empty() {
+            None
+        } else {
+            let (addr, alloc, handle) = match driver::allocation_of(call.output.addr)? {
+                Some(a) => match st.registry.export(&a) {
+                    Some(h) => (call.output.addr, a, h),
+                    None => self.bounce(out_bytes, &mut st.registry, res, &mut bounce)?,
+                },
+                None => self.bounce(out_bytes, &mut st.registry, res, &mut bounce)?,
+            };
+            Some(Target {
+                buffer_id: alloc.buffer_id,
+                offset: addr - alloc.base,
+                alloc_bytes: alloc.bytes,
+                handle,
+            })
+        };
+        let post = Post {
+            seq: call.seq,
+            digest: call.digest(),
+            target,
+        };
+        board::publish(self.own().as_ref(), number, &post);
+        // From here on the peers count on us: any error fails the node
+        // (raising the abort words releases their waits).
+        let queued = self.queue_ce(
+            call, &sched, &post, number, &mut st, stream, captured, notify, bounce,
+        );
+        if let Err(e) = &queued {
+            self.mark_failed(e.to_string());
+        }
+        queued
+    }
+
+    /// Steps 1 (after our post) to 4 of [`run_ce`](Self::run_ce).
+    #[allow(clippy::too_many_arguments)]
+    fn queue_ce(
+        &self,
+        call: &CeCall,
+        sched: &schedule::Schedule,
+        post: &Post,
+        number: u64,
+        st: &mut State,
+        stream: CUstream,
+        captured: bool,
+        notify: bool,
+        bounce: Option<u64>,
+    ) -> Result<()> {
+        let (n, me) = (self.nranks, self.rank);
+        let block = call.block();
+        let out_bytes = call.output.elems.saturating_mul(call.esize());
+        let posts = self.await_posts(number, post)?;
+        let mut peer_out = vec![0u64; n];
+        for &p in &sched.sends_to {
+            let t = posts[p].and_then(|q| q.target).ok_or_else(|| {
+                Error::Backend(format!(
+                    "rank {p} posted no receive buffer for copy-engine collective #{}",
+                    call.seq
+                ))
+            })?;
+            peer_out[p] = st.registry.open(p, &t, captured)? + t.offset;
+        }
+        st.registry.evict(stream, captured)?;
+        tracing::debug!(
+            rank = me,
+            seq = call.seq,
+            coll = call.kind.name(),
+            bytes = block,
+            bounce = bounce.is_some(),
+            "copy-engine collective"
+        );
+
+        // 2-4. The stream's part. SAFETY (every block below): the flags
+        // live in the node's control segments, mapped and registered for
+        // the backend's life; the buffers stay valid until the work
+        // completed (Backend::submit), peers' outputs are mapped by the
+        // registry until that work is done (eviction waits for an event).
+        if sched.stage_output {
+            unsafe {
+                driver::memcpy_dtod_async(
+                    call.scratch.addr,
+                    call.output.addr,
+                    out_bytes as usize,
+                    stream,
+                )?
+            };
+        }
+        for &p in &sched.receives_from {
+            let flag = self.segs[p].dev_at(board::ready_flag(me))?;
+            unsafe { driver::stream_write_u32(stream, flag, 1)? };
+        }
+        for &p in &sched.sends_to {
+            let flag = self.own().dev_at(board::ready_flag(p))?;
+            unsafe { driver::stream_wait_geq_u32(stream, flag, 1)? };
+            unsafe { driver::stream_write_u32(stream, flag, 0)? };
+        }
+        let mut copies = Vec::with_capacity(sched.copies.len());
+        for c in &sched.copies {
+            let src = match c.source {
+                Source::Input => call.input.addr,
+                Source::Staged => call.scratch.addr,
+            } + c.src_off;
+            let dst = if c.to == me {
+                call.output.addr
+            } else {
+                peer_out[c.to]
+            } + c.dst_off;
+            if c.bytes > 0 && src != dst {
+                copies.push((dst, src, c.bytes));
+            }
+        }
+        self.queue_copies(st, &copies, stream, captured)?;
+        for &p in &sched.sends_to {
+            let flag = self.segs[p].dev_at(board::done_flag(me))?;
+            unsafe { driver::stream_write_u32(stream, flag, 1)? };
+        }
+        for &p in &sched.receives_from {
+            let flag = self.own().dev_at(board::done_flag(p))?;
+            unsafe { driver::stream_wait_geq_u32(stream, flag, 1)? };
+            unsafe { driver::stream_write_u32(stream, flag, 0)? };
+        }
+        if let Some(b) = bounce {
+            for (off, bytes) in incoming(call.kind, n, me, call.root, block, call.in_place) {
+                unsafe {
+                    driver::memcpy_dtod_async(
+                        call.output.addr + off,
+                        b + off,
+                        bytes as usize,
+                        stream,
+                    )?
+                };
+            }
+        }
+        if notify {
+            let done = self.target.status
+                + std::mem::offset_of!(super::super::abi::GcChanStatus, done) as u64;
+            unsafe { driver::stream_write_u64(stream, done, call.seq + 1)? };
+        }
+        Ok(())
+    }
+
+    /// The buffers hold what the schedule reads and writes.
+    fn check_ce_buffers(&self, call: &CeCall, sched: &schedule::Schedule) -> Result<()> {
+        let es = call.esize();
+        let fits = |m: &Mem, end: u64| m.addr != 0 && m.elems.saturating_mul(es) >= end;
+        for c in &sched.copies {
+            let src = match c.source {
+                Source::Input => &call.input,
+                Source::Staged => &call.scratch,
+            };
+            let ok = fits(src, c.src_off + c.bytes)
+                && (c.to != self.rank || fits(&call.output, c.dst_off + c.bytes));
+            if !ok {
+                return Err(Error::Backend(format!(
+                    "copy-engine {} #{}: a copy of {} bytes does not fit the buffers",
+                    call.kind.name(),
+                    call.seq,
+                    c.bytes
+                )));
+            }
+        }
+        if (sched.stage_output && !fits(&call.scratch, call.output.elems * es))
+            || (!sched.receives_from.is_empty() && call.output.addr == 0)
+        {
+            return Err(Error::Backend(format!(
+                "copy-engine {} #{}: no room to receive",
+                call.kind.name(),
+                call.seq
+            )));
+        }
+        Ok(())
+    }
+
+    /// A bounce buffer of `bytes` for an output peers cannot reach: its
+    /// address, allocation and handle (`bounce` keeps the address).
+    fn bounce(
+        &self,
+        bytes: u64,
+        registry: &mut Registry,
+        res: &mut Resources,
+        bounce: &mut Option<u64>,
+    ) -> Result<(u64, driver::Allocation, [u8; 64])> {
+        // A block of its own, never packed with others (see `registry`).
+        let m = DevMem::alloc(
+            bytes
+                .div_ceil(BLOCK_BYTES)
+                .max(1)
+                .saturating_mul(BLOCK_BYTES) as usize,
+        )?;
+        let alloc = driver::allocation_of(m.ptr)?
+            .ok_or_else(|| Error::Backend("a new device allocation has no range".into()))?;
+        let handle = registry.export(&alloc).ok_or_else(|| {
+            Error::Backend("cuIpcGetMemHandle failed on a cuMemAlloc block".into())
+        })?;
+        let addr = m.ptr;
+        res.mems.push(m);
+        *bounce = Some(addr);
+        Ok((addr, alloc, handle))
+    }
+
+    /// Every peer's post of copy-engine call `number` (ours at our rank).
+    fn await_posts(&self, number: u64, mine: &Post) -> Result<Vec<Option<Post>>> {
+        let n = self.nranks;
+        let mut posts: Vec<Option<Post>> = vec![None; n];
+        posts[self.rank] = Some(*mine);
+        let start = Instant::now();
+        let mut last_check = start;
+        loop {
+            let mut missing = None;
+            for (p, slot) in posts.iter_mut().enumerate() {
+                if slot.is_some() {
+                    continue;
+                }
+                match board::read(self.segs[p].as_ref(), number) {
+                    Some(q) if q.seq == mine.seq && q.digest == mine.digest => *slot = Some(q),
+                    Some(q) if q.seq >= mine.seq => {
+                        let e = Error::ProtocolMismatch {
+                            peer: p,
+                            detail: format!(
+                                "copy-engine collective #{} here, #{} with another kind, root, \
+                                 count or datatype on rank {p}",
+                                mine.seq, q.seq
+                            ),
+                        };
+                        self.mark_failed(e.to_string());
+                        return Err(e);
+                    }
+                    _ => missing = Some(p),
+                }
+            }
+            let Some(p) = missing else {
+                return Ok(posts);
+            };
+            let now = Instant::now();
+            if now.duration_since(last_check) >= CHECK_EVERY {
+                last_check = now;
+                if let Some(e) = self.liveness.dead() {
+                    self.mark_failed(e.to_string());
+                    return Err(e);
+                }
+                if self.own().abort_word() != 0 {
+                    return Err(self.state_error().unwrap_or(Error::Aborted));
+                }
+                if now.duration_since(start) >= self.timeout {
+                    let e = Error::Timeout {
+                        seq: mine.seq,
+                        seconds: self.timeout.as_secs_f64(),
+                        waiting_for: format!(
+                            "rank {p} to reach copy-engine collective #{} (rank {} is there)",
+                            mine.seq, self.rank
+                        ),
+                    };
+                    self.mark_failed(e.to_string());
+                    return Err(e);
+                }
+            }
+            if now.duration_since(start) < POST_SPIN {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+    }
+
+    /// Queue `copies` `(dst, src, bytes)` on `stream`: one
+    /// `cuMemcpyBatchAsync` where the driver has it (not while capturing,
+    /// not on the legacy default stream, not with `GPUCOLL_CE_BATCH=0`),
+    /// else one copy each, from [`LANE_MIN_BYTES`] on in pieces over the
+    /// lanes forked from `stream` and joined back into it. Large copies are
+    /// split in pieces either way, so several copy engines can work at once.
+    fn queue_copies(
+        &self,
+        st: &mut State,
+        copies: &[(u64, u64, u64)],
+        stream: CUstream,
+        captured: bool,
+    ) -> Result<()> {
+        let total: u64 = copies.iter().map(|c| c.2).sum();
+        let split = total >= LANE_MIN_BYTES;
+        let mut pieces = Vec::with_capacity(copies.len() * LANES);
+        for &(dst, src, bytes) in copies {
+            let n = if split {
+                bytes.div_ceil(LANE_PIECE_BYTES).clamp(1, LANES as u64)
+            } else {
+                1
+            };
+            // Piece boundaries on 4 KiB.
+            let step = bytes.div_ceil(n).div_ceil(4096).max(1) * 4096;
+            let mut off = 0;
+            while off < bytes {
+                let len = step.min(bytes - off);
+                pieces.push((dst + off, src + off, len));
+                off += len;
+            }
+        }
+        if !captured
+            && !stream.is_null()
+            && self.ce.batch.load(Ordering::Relaxed)
+            && driver::batch_available()
+        {
+            // SAFETY: see run_ce: every range is mapped until the work completed.
+            match unsafe { driver::memcpy_batch_async(&pieces, stream) } {
+                Ok(()) => {
+                    tracing::debug!(
+                        rank = self.rank,
+                        pieces = pieces.len(),
+                        "copy engines: one batch"
+                    );
+                    return Ok(());
+                }
+                Err(e) => {
+                    self.ce.batch.store(false, Ordering::Relaxed);
+                    tracing::warn!(
+                        rank = self.rank,
+                        "copy engines: {e}; copying piece by piece from now on"
+                    );
+                }
+            }
+        }
+        tracing::debug!(
+            rank = self.rank,
+            pieces = pieces.len(),
+            lanes = split,
+            "copy engines: one copy per piece"
+        );
+        if !split {
+            for &(dst, src, bytes) in &pieces {
+                // SAFETY: see run_ce: both ranges are mapped until the work completed.
+                unsafe { driver::memcpy_dtod_async(dst, src, bytes as usize, stream)? };
+            }
+            return Ok(());
+        }
+        while st.lanes.len() < LANES {
+            st.lanes.push(Stream::create(false)?);
+            st.joins.push(Event::create()?);
+        }
+        if st.fork.is_none() {
+            st.fork = Some(Event::create()?);
+        }
+        let fork = st
+            .fork
+            .as_ref()
+            .map(|e| e.raw())
+            .unwrap_or(std::ptr::null_mut());
+        driver::event_record(fork, stream)?;
+        for lane in &st.lanes {
+            driver::stream_wait_event(lane.raw(), fork)?;
+        }
+        for (k, &(dst, src, len)) in pieces.iter().enumerate() {
+            let lane = st.lanes[k % LANES].raw();
+            // SAFETY: see run_ce; the lane is joined back into `stream`
+            // below, so the copy completes before the work does.
+            unsafe { driver::memcpy_dtod_async(dst, src, len as usize, lane)? };
+        }
+        for (lane, join) in st.lanes.iter().zip(&st.joins) {
+            driver::event_record(join.raw(), lane.raw())?;
+            driver::stream_wait_event(stream, join.raw())?;
+        }
+        Ok(())
+    }
+}
