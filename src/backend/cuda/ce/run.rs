@@ -41,8 +41,26 @@ impl Inner {
 
     /// Queue copy-engine call `call` on `stream`; `notify`: store
     /// `seq + 1` into channel 0's done word at the end (a blocking call's
-    /// completion, as its last kernel would).
+    /// completion, as its last kernel would). Any error fails the node:
+    /// the peers went ahead with this call (even an out-of-memory error,
+    /// which the caller still gets as such).
     pub(in crate::backend::cuda) fn run_ce(
+        &self,
+        call: &CeCall,
+        stream: CUstream,
+        captured: bool,
+        notify: bool,
+        res: &mut Resources,
+    ) -> Result<()> {
+        let r = self.post_ce(call, stream, captured, notify, res);
+        if let Err(e) = &r {
+            self.mark_failed(e.to_string());
+        }
+        r
+    }
+
+    /// Step 1 up to our post, then [`queue_ce`](Self::queue_ce).
+    fn post_ce(
         &self,
         call: &CeCall,
         stream: CUstream,
@@ -92,18 +110,12 @@ impl Inner {
             target,
         };
         board::publish(self.own().as_ref(), number, &post);
-        // From here on the peers count on us: any error fails the node
-        // (raising the abort words releases their waits).
-        let queued = self.queue_ce(
+        self.queue_ce(
             call, &sched, &post, number, &mut st, stream, captured, notify, bounce,
-        );
-        if let Err(e) = &queued {
-            self.mark_failed(e.to_string());
-        }
-        queued
+        )
     }
 
-    /// Steps 1 (after our post) to 4 of [`run_ce`](Self::run_ce).
+    /// Steps 1 (after our post) to 4 of the module doc.
     #[allow(clippy::too_many_arguments)]
     fn queue_ce(
         &self,
