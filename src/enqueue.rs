@@ -3,7 +3,7 @@
 //! collective that every rank counts the same way.
 
 use crate::backend::shared::failure::Failure;
-use crate::backend::{Backend, BoundPlan, Launch, PendingWork};
+use crate::backend::{Backend, BoundPlan, Launch, PendingWork, Registered};
 use crate::buffer::{MemoryKind, RawBuffer};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -236,6 +236,29 @@ impl Engine {
             // SAFETY: forwarded from the caller (stream-ordered lifetime).
             unsafe { backend.enqueue(launch) }
         })
+    }
+
+    /// Register `buf` with the peers, in call order (the backend's
+    /// collective; see `Communicator::register`). None: the backend maps
+    /// no peer memory. A fatal error fails the communicator.
+    pub(crate) fn register(&self, buf: &RawBuffer) -> Result<Option<Registered>> {
+        self.failed.check()?;
+        if let Some(e) = self.backend.async_error() {
+            record_fatal(&self.failed, &e);
+            return Err(e);
+        }
+        let next = self.next_seq.lock().unwrap_or_else(|e| e.into_inner());
+        let result = self.backend.register(*next, buf);
+        drop(next);
+        if let Err(e) = &result {
+            record_fatal(&self.failed, e);
+        }
+        result
+    }
+
+    /// End registration `id` on this rank.
+    pub(crate) fn deregister(&self, id: u64) {
+        self.backend.deregister(id);
     }
 
     /// Number, check and plan `calls`, then hand the launch to `go` while

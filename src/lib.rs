@@ -61,7 +61,7 @@ pub use backend::cuda::{
     device_memory, memory_kind_of, CudaGraph, CudaStream, DeviceBuffer, DeviceView, DeviceViewMut,
 };
 pub use buffer::{Buffer, BufferMut, MemoryKind, RawBuffer};
-pub use coll::{CudaStreamRaw, Group, GroupProcess, Process};
+pub use coll::{CudaStreamRaw, Group, GroupProcess, Process, Registration};
 pub use comm::Communicator;
 pub use config::{CeMode, Config};
 pub use datatype::{Datatype, Equivalence};

@@ -481,10 +481,26 @@ fn scenario_freed(world: &Communicator, fails: &mut Vec<String>) {
     let is_freed = |e: &Error| matches!(e, Error::CommunicatorFreed);
     let dup = ok(world.duplicate(), "duplicate");
     still_works(&dup, "dup before free", fails);
-    ok(dup.free(), "free");
     let a = vec![1i32; 4];
     let mut b = vec![0i32; 4];
+    // The host backend maps no peer memory: registering only checks it.
+    let reg = ok(dup.register(&a), "register before free");
+    if reg.is_direct() || reg.bytes() != 16 {
+        fails.push(format!("host registration: {reg:?}, {} bytes", reg.bytes()));
+    }
+    let raw = ok(dup.register_raw(b.as_ptr().cast(), 16), "register_raw");
+    ok(dup.free(), "free");
+    drop(raw);
     let want = "CommunicatorFreed";
+    expect_err(
+        fails,
+        "register after free",
+        dup.register(&b).map(|_| ()),
+        want,
+        is_freed,
+    );
+    // A registration outlives the free; ending it later is harmless.
+    reg.deregister();
     expect_err(fails, "barrier after free", dup.barrier(), want, is_freed);
     expect_err(
         fails,

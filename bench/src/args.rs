@@ -66,6 +66,14 @@ pub struct Args {
     pub graph_iters: usize,
     /// `--ce 0|1|auto`: `GPUCOLL_CE` for gpucoll's communicator.
     pub ce: Option<String>,
+    /// `--overlap`: also run each size's collective while a compute job
+    /// runs on another stream (overlap.rs).
+    pub overlap: bool,
+    /// `--overlap-iters N`: loop count per thread of each compute launch
+    /// (`None`: calibrated at the start to about 200 us per launch).
+    pub overlap_iters: Option<u32>,
+    /// `--overlap-launches N`: launches in one compute job.
+    pub overlap_launches: usize,
     pub help: bool,
 }
 
@@ -139,6 +147,9 @@ impl Default for Args {
             stream_max_bytes: None,
             nccl_lib: None,
             ce: None,
+            overlap: false,
+            overlap_iters: None,
+            overlap_launches: 16,
             graph_iters: 20,
             help: false,
         }
@@ -200,6 +211,15 @@ Times gpucoll's collectives over a range of message sizes, nccl-tests style.
                             all_to_all, broadcast, gather and scatter on one
                             node: 1 = always, 0 = never, auto = where the
                             tuner prefers them (default: GPUCOLL_CE, auto)
+      --overlap             also run each size's collective (gpucoll, and NCCL
+                            with --vs-nccl) while a compute job that fills
+                            every SM runs on another stream; prints the job's
+                            slowdown and the collective's time alone and
+                            overlapped (CUDA backend; --mode blocking/async)
+      --overlap-iters N     loops per thread of each compute launch (fixed
+                            work; default: calibrated at the start to about
+                            200 us per launch, printed in the header)
+      --overlap-launches N  kernel launches in one compute job (default 16)
   -h, --help                this text
 
 SIZE accepts K, M and G suffixes (powers of 1024). LIST is one name, a
@@ -277,6 +297,7 @@ where
             match key {
                 "--vs-mpi" => a.vs_mpi = true,
                 "--vs-nccl" => a.vs_nccl = true,
+                "--overlap" => a.overlap = true,
                 "-h" | "--help" => a.help = true,
                 _ => return Ok(false),
             }
@@ -320,6 +341,8 @@ where
             "--nccl-lib",
             "--graph-iters",
             "--ce",
+            "--overlap-iters",
+            "--overlap-launches",
         ];
         if !known.contains(&key.as_str()) {
             return Err(format!("unknown option '{arg}'"));
@@ -418,6 +441,16 @@ where
                 }
                 a.ce = Some(v);
             }
+            "--overlap-iters" => {
+                let n: u32 = parse_num(&key, &value)?;
+                if n == 0 || n > MAX_OVERLAP_ITERS {
+                    return Err(format!(
+                        "--overlap-iters must be between 1 and {MAX_OVERLAP_ITERS}"
+                    ));
+                }
+                a.overlap_iters = Some(n);
+            }
+            "--overlap-launches" => a.overlap_launches = parse_num(&key, &value)?,
             "--nccl-lib" => {
                 if value.is_empty() {
                     return Err("--nccl-lib needs a file name".into());
@@ -457,7 +490,35 @@ where
     if a.nccl_lib.is_some() && !a.vs_nccl {
         return Err("--nccl-lib needs --vs-nccl".into());
     }
+    check_overlap(&a)?;
     Ok(a)
+}
+
+/// The largest `--overlap-iters`: a launch of the compute job stays well
+/// under the watchdogs' seconds even on a small GPU.
+pub const MAX_OVERLAP_ITERS: u32 = 1 << 24;
+
+/// The most launches of one compute job.
+pub const MAX_OVERLAP_LAUNCHES: usize = 10_000;
+
+fn check_overlap(a: &Args) -> Result<(), String> {
+    if !a.overlap {
+        if a.overlap_iters.is_some() || a.overlap_launches != Args::default().overlap_launches {
+            return Err("--overlap-iters and --overlap-launches need --overlap".into());
+        }
+        return Ok(());
+    }
+    if a.overlap_launches == 0 || a.overlap_launches > MAX_OVERLAP_LAUNCHES {
+        return Err(format!(
+            "--overlap-launches must be between 1 and {MAX_OVERLAP_LAUNCHES}"
+        ));
+    }
+    // A graph replays a fixed number of calls, while the overlap loop
+    // issues calls until the compute job has ended.
+    if a.modes.contains(&Mode::Graph) {
+        return Err("--overlap runs with --mode blocking or async (not graph)".into());
+    }
+    Ok(())
 }
 
 /// The requested sizes in bytes of `mode`'s tables, before rounding to
@@ -619,6 +680,30 @@ mod tests {
             assert!(p(bad).is_err(), "accepted: {bad}");
         }
         assert!(p("-h").unwrap().help);
+    }
+
+    #[test]
+    fn overlap_options() {
+        let a = p("").unwrap();
+        assert!(!a.overlap);
+        assert_eq!((a.overlap_iters, a.overlap_launches), (None, 16));
+        let b = p("--overlap --overlap-iters 300 --overlap-launches=4 --mode async").unwrap();
+        assert!(b.overlap);
+        assert_eq!((b.overlap_iters, b.overlap_launches), (Some(300), 4));
+        assert!(p("--overlap --mode blocking,async").unwrap().overlap);
+        for bad in [
+            "--overlap=1",
+            "--overlap --mode graph",
+            "--overlap --mode all",
+            "--overlap --overlap-iters 0",
+            "--overlap --overlap-iters 99999999",
+            "--overlap --overlap-iters x",
+            "--overlap --overlap-launches 0",
+            "--overlap-iters 10",
+            "--overlap-launches 2",
+        ] {
+            assert!(p(bad).is_err(), "accepted: {bad}");
+        }
     }
 
     #[test]

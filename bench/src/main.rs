@@ -7,13 +7,17 @@
 //! the buffers are `DeviceBuffer`s on the backend's GPU (inputs are filled
 //! on the host and copied in, results copied back to be checked), and
 //! `--vs-nccl` times NCCL on the same data in the same run (gpu.rs).
+//! `--overlap` runs each size's collective again while a compute job runs
+//! on another stream (overlap.rs, compute.rs; bench/README.md).
 
 mod args;
+mod compute;
 mod data;
 mod gpu;
 mod nccl;
 #[cfg(feature = "cuda")]
 mod ncclapi;
+mod overlap;
 mod par;
 mod report;
 mod run;
@@ -130,6 +134,9 @@ pub struct Ctx<'a> {
     pub stream: Option<&'a GcStream>,
     /// NCCL over the same ranks (`--vs-nccl`).
     pub nccl: Option<&'a Nccl>,
+    /// The compute job of `--overlap`, and its figures per row.
+    pub job: Option<&'a overlap::Job<'a>>,
+    pub overlaps: Vec<overlap::Record>,
 }
 
 impl Ctx<'_> {
@@ -160,6 +167,16 @@ fn bench(world: &Communicator, args: &Args) -> Result<i32, Fail> {
             eprintln!(
                 "gpucoll-bench: --vs-nccl needs the CUDA backend, but this communicator uses \
                  '{}' (no GPU visible to every rank, a multi-node job, or GPUCOLL_BACKEND set)",
+                world.backend_name()
+            );
+        }
+        return Ok(2);
+    }
+    if args.overlap && (!gpu::COMPILED || world.backend_name() != "cuda") {
+        if rank == 0 {
+            eprintln!(
+                "gpucoll-bench: --overlap needs the CUDA backend (a build with the cuda feature, \
+                 a GPU for every rank), but this communicator uses '{}'",
                 world.backend_name()
             );
         }
@@ -219,6 +236,25 @@ fn bench(world: &Communicator, args: &Args) -> Result<i32, Fail> {
         _ => None,
     };
 
+    let compute = match (&gpu, args.overlap) {
+        (Some(g), true) => Some(overlap_compute(world, g)?),
+        _ => None,
+    };
+    let job = match &compute {
+        Some(c) => {
+            let target = overlap::LAUNCH_TARGET_S;
+            let (iters, launch_s) = overlap::calibrate(world, c, args.overlap_iters, target)
+                .map_err(|e| Fail::Runtime(format!("rank {rank}: {e}")))?;
+            Some(overlap::Job {
+                compute: c,
+                launches: args.overlap_launches,
+                iters,
+                launch_s,
+            })
+        }
+        None => None,
+    };
+
     let mut ctx = Ctx {
         world,
         args,
@@ -228,6 +264,8 @@ fn bench(world: &Communicator, args: &Args) -> Result<i32, Fail> {
         gpu: gpu.as_ref(),
         stream: stream.as_ref(),
         nccl: nccl.as_ref(),
+        job: job.as_ref(),
+        overlaps: Vec::new(),
     };
     let step = match args.step_bytes {
         Some(b) => format!("{b} bytes"),
@@ -311,12 +349,30 @@ fn bench(world: &Communicator, args: &Args) -> Result<i32, Fail> {
         None => "# buffers: host memory".to_string(),
     });
 
+    if let Some(j) = &job {
+        ctx.print(&overlap::describe(j, args.overlap_iters.is_some()));
+    }
+
     for &mode in &modes {
         for &kind in &args.colls {
             table(&mut ctx, mode, kind)?;
         }
     }
     summary(&mut ctx, &modes, nccl.as_ref())
+}
+
+/// The compute job of `--overlap` on every rank, or a clean exit on every
+/// rank when it cannot be set up on one (the PTX did not load, say).
+fn overlap_compute(world: &Communicator, gpu: &Gpu) -> Result<compute::ComputeJob, Fail> {
+    let made = compute::ComputeJob::new(gpu);
+    let ok = timing::sum_over_ranks(world, made.is_ok() as u64).map_err(Fail::Runtime)?;
+    match made {
+        Ok(c) if ok as usize == world.size() => Ok(c),
+        Ok(_) => Err(Fail::Usage(
+            "--overlap: the compute kernel could not be set up on another rank".into(),
+        )),
+        Err(e) => Err(Fail::Usage(format!("--overlap: {e}"))),
+    }
 }
 
 /// One collective's table in one mode (every datatype and op).
@@ -435,14 +491,23 @@ fn summary(ctx: &mut Ctx<'_>, modes: &[Mode], nccl: Option<&Nccl>) -> Result<i32
         let objs: Vec<String> = ctx
             .rows
             .iter()
-            .flat_map(|r| {
+            .enumerate()
+            .flat_map(|(i, r)| {
                 let lib = nccl.map(|n| (n.version_string(), n.lib_path().to_string()));
+                let extra = ctx
+                    .overlaps
+                    .iter()
+                    .find(|o| o.row == i)
+                    .map(overlap::json_fields)
+                    .unwrap_or_default();
                 r.json_objects(
                     nranks,
                     world.nnodes(),
                     world.backend_name(),
                     lib.as_ref().map(|(v, p)| (v.as_str(), p.as_str())),
                 )
+                .into_iter()
+                .map(move |o| overlap::with_fields(o, &extra))
             })
             .collect();
         let text = if objs.is_empty() {

@@ -5,6 +5,7 @@
 use crate::args::{self, Mode};
 use crate::data::{Case, Elem};
 use crate::gpu::{DevBuf, GcGraph, GcStream, Gpu};
+use crate::overlap::{self, GcCall, NcclCall};
 use crate::report::{self, Measure, Row};
 use crate::timing::{self, sum_over_ranks, Queued, Timed, FIRST_SIZE_EXTRA_WARMUP};
 use crate::{vsmpi, vsnccl, Ctx, Fail};
@@ -75,7 +76,7 @@ pub fn ptr<T: Elem>(d: &Option<DevBuf<T>>) -> Option<u64> {
 }
 
 /// gpucoll's raw entry points on its stream, for the async and graph modes.
-struct GcQueued<'a, T: Elem> {
+pub struct GcQueued<'a, T: Elem> {
     world: &'a Communicator,
     stream: &'a GcStream,
     case: &'a Case,
@@ -111,7 +112,7 @@ impl<T: Elem> Queued for GcQueued<'_, T> {
 
 /// The stream-mode adapter for one placement: in place is send == recv
 /// for the raw entry points.
-fn queued<'a, T: Elem>(
+pub fn queued<'a, T: Elem>(
     ctx: &Ctx<'a>,
     stream: &'a GcStream,
     case: &'a Case,
@@ -212,6 +213,7 @@ pub fn run_type<T: Elem>(
         o => o.name().to_string(),
     });
 
+    let first_row = ctx.rows.len();
     let mut last_bytes = None;
     for size in args::sizes(args, mode) {
         let (count, bytes) = report::count_for(kind, size, elem, nranks);
@@ -267,6 +269,8 @@ pub fn run_type<T: Elem>(
         let mut d_send = dev_buf::<T>(gpu, show_oop || nccl_oop, in_len).map_err(fail)?;
         let mut d_recv = dev_buf::<T>(gpu, show_oop || nccl_oop, out_len).map_err(fail)?;
         let mut d_ip = dev_buf::<T>(gpu, show_ip || nccl.is_some(), ip_len).map_err(fail)?;
+        // gpucoll's calls of the row's reference placement, for --overlap.
+        let mut gc_call = None;
 
         // Out of place.
         if show_oop {
@@ -278,6 +282,11 @@ pub fn run_type<T: Elem>(
             let recv_arg = (out_len > 0).then_some(rb);
             let t = time_gpucoll::<T>(ctx, mode, extra, &case, send_arg, recv_arg, false)
                 .map_err(fail)?;
+            gc_call = Some(GcCall {
+                send: send_arg,
+                recv: recv_arg,
+                in_place: false,
+            });
             let wrong = if args.check {
                 case.fill_input(&mut send[..in_len]);
                 upload(&mut d_send, &send[..in_len]).map_err(fail)?;
@@ -315,6 +324,11 @@ pub fn run_type<T: Elem>(
             };
             let t = time_gpucoll::<T>(ctx, mode, extra, &case, send_arg, recv_arg, in_place)
                 .map_err(fail)?;
+            gc_call.get_or_insert(GcCall {
+                send: send_arg,
+                recv: recv_arg,
+                in_place,
+            });
             let wrong = if args.check {
                 case.fill_in_place(&mut recv[..ip_len]);
                 upload(&mut d_ip, &recv[..ip_len]).map_err(fail)?;
@@ -357,6 +371,25 @@ pub fn run_type<T: Elem>(
             row.nccl = Some(m);
         }
 
+        // The same calls again while a compute job runs (--overlap).
+        if let (Some(job), Some(gc)) = (ctx.job, gc_call) {
+            let nccl = nccl.map(|n| {
+                let one = if kind == CollKind::Broadcast {
+                    (ptr(&d_ip), ptr(&d_ip))
+                } else {
+                    (ptr(&d_send), ptr(&d_recv))
+                };
+                NcclCall {
+                    nccl: n,
+                    send: one.0,
+                    recv: one.1,
+                }
+            });
+            let rec =
+                overlap::measure_row::<T>(ctx, job, mode, &case, &row, gc, nccl).map_err(fail)?;
+            ctx.overlaps.push(rec);
+        }
+
         ctx.print(&row.format(
             show_oop,
             show_ip,
@@ -365,5 +398,13 @@ pub fn run_type<T: Elem>(
         ));
         ctx.rows.push(row);
     }
+    let title = format!(
+        "Overlap: {} {} {}, mode {}",
+        kind.name(),
+        T::DATATYPE.name(),
+        op_name,
+        mode.name()
+    );
+    overlap::print_table(ctx, first_row, &title);
     Ok(())
 }

@@ -41,6 +41,16 @@ pub struct Launch {
     pub stream: Option<u64>,
 }
 
+/// A buffer registered with the peers ([`Backend::register`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Registered {
+    /// Names it to [`Backend::deregister`].
+    pub id: u64,
+    /// Whether peers write into it directly (false: the backend cannot
+    /// export that memory, and receives into it through a bounce buffer).
+    pub direct: bool,
+}
+
 /// Work in flight on a backend.
 pub trait PendingWork: Send {
     /// Block until the work completes (or fails, or times out).
@@ -116,6 +126,20 @@ pub trait Backend: Send + Sync {
 
     /// Make every pending and future operation fail quickly; tells peers.
     fn abort(&self, reason: &str);
+
+    /// Register `buf` with the peers (collective, in call order; `seq`: the
+    /// engine's next sequence number, which it does not consume). Returns
+    /// the registration, or None where the backend maps no peer memory
+    /// (the default: the host backend, which only checks the memory).
+    fn register(&self, seq: u64, buf: &RawBuffer) -> Result<Option<Registered>> {
+        let _ = seq;
+        self.check_memory(buf.memory).map(|()| None)
+    }
+
+    /// End registration `id` on this rank (local; never fails).
+    fn deregister(&self, id: u64) {
+        let _ = id;
+    }
 
     /// Whether this backend can use memory of `kind` (default: host only).
     fn check_memory(&self, kind: MemoryKind) -> Result<()> {

@@ -59,10 +59,12 @@ pub mod cudarc;
 mod group;
 mod process;
 pub mod raw;
+mod register;
 
 pub use group::{Group, GroupProcess};
 pub use process::Process;
 pub use raw::CudaStreamRaw;
+pub use register::Registration;
 
 use crate::buffer::{Buffer, BufferMut, RawBuffer};
 use crate::comm::Communicator;

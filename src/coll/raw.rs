@@ -135,7 +135,7 @@ pub type CudaStreamRaw = *mut c_void;
 /// buffer over several contiguous mappings, as virtual-memory allocators
 /// make, passes; one that overruns into a neighbouring allocation cannot be
 /// told apart).
-fn classify(addr: u64, bytes: u64, what: &str) -> Result<MemoryKind> {
+pub(super) fn classify(addr: u64, bytes: u64, what: &str) -> Result<MemoryKind> {
     #[cfg(feature = "cuda")]
     {
         use crate::backend::cuda::{allocation_range, memory_kind_of};

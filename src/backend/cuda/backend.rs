@@ -15,8 +15,8 @@ use super::pending::ABORT_GRACE;
 use super::profile::Phase;
 use super::state::Inner;
 use super::watchdog::Watchdog;
-use crate::backend::{Backend, BackendCaps, Launch, PendingWork};
-use crate::buffer::MemoryKind;
+use crate::backend::{Backend, BackendCaps, Launch, PendingWork, Registered};
+use crate::buffer::{MemoryKind, RawBuffer};
 use crate::error::{Error, Result};
 use std::sync::Arc;
 
@@ -137,6 +137,23 @@ impl Backend for CudaBackend {
 
     fn device(&self) -> Option<i32> {
         Some(self.inner.ctx.ordinal)
+    }
+
+    /// A copy-engine call without copies (`ce/register.rs`), where the
+    /// communicator has copy engines (one node, every peer mapped).
+    fn register(&self, seq: u64, buf: &RawBuffer) -> Result<Option<Registered>> {
+        if self.caps.copy_engine.is_none() {
+            return self.check_memory(buf.memory).map(|()| None);
+        }
+        if let Some(e) = self.inner.state_error() {
+            return Err(e);
+        }
+        bind(self.inner.ctx.ordinal)?;
+        self.inner.ce_register(seq, buf).map(Some)
+    }
+
+    fn deregister(&self, id: u64) {
+        self.inner.ce_deregister(id);
     }
 
     fn abort(&self, reason: &str) {

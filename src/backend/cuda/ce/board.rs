@@ -17,6 +17,9 @@
 //!   posts call `c` in slot `c % 2` only after it read every peer's post
 //!   of call `c - 1`, which each peer made after reading every post of
 //!   call `c - 2`: a slot is never rewritten while a peer may still read it.
+//!   A post names its copy-engine call number (the tag, written last) and
+//!   the engine's sequence number: registrations (`register.rs`) are
+//!   copy-engine calls too but take no sequence number of their own.
 
 use super::super::shm::{CONTROL_BYTES, STATUS_OFF};
 use crate::backend::shared::shm::Mapping;
@@ -33,7 +36,7 @@ pub(crate) const DONE_OFF: usize = READY_OFF + 64;
 /// Two slots of [`Post`].
 const BOARD_OFF: usize = DONE_OFF + 64;
 const SLOT_BYTES: usize = 128;
-const WORDS: usize = 6 + HANDLE_WORDS;
+const WORDS: usize = 7 + HANDLE_WORDS;
 const HANDLE_WORDS: usize = 8;
 const _: () = assert!(WORDS * 8 <= SLOT_BYTES);
 const _: () = assert!(BOARD_OFF + 2 * SLOT_BYTES <= CONTROL_BYTES);
@@ -61,7 +64,11 @@ pub(crate) fn release(own: &Mapping) {
 /// What a rank posts for one copy-engine call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Post {
-    /// The call's sequence number.
+    /// The copy-engine call number (registrations included), the same on
+    /// every rank: what a reader matches a post by.
+    pub number: u64,
+    /// The engine's sequence number: the call's own, or for a registration
+    /// the next call's.
     pub seq: u64,
     /// The call's identity (kind, root, size, datatype): a peer that
     /// issued another call is a protocol mismatch, not a hang.
@@ -86,11 +93,12 @@ fn slot(call: u64) -> usize {
     BOARD_OFF + (call % 2) as usize * SLOT_BYTES
 }
 
-/// Publish `post` as copy-engine call number `call` in `own`.
-pub(crate) fn publish(own: &Mapping, call: u64, post: &Post) {
-    let s = slot(call);
+/// Publish `post` in `own` (in the slot of its call number).
+pub(crate) fn publish(own: &Mapping, post: &Post) {
+    let s = slot(post.number);
     let w = |i: usize| own.word(s + 8 * i);
     w(1).store(post.digest, Ordering::Relaxed);
+    w(14).store(post.seq, Ordering::Relaxed);
     match &post.target {
         Some(t) => {
             w(2).store(1, Ordering::Relaxed);
@@ -105,12 +113,12 @@ pub(crate) fn publish(own: &Mapping, call: u64, post: &Post) {
         None => w(2).store(0, Ordering::Relaxed),
     }
     // Published last: readers that see the tag see the rest.
-    w(0).store(post.seq + 1, Ordering::Release);
+    w(0).store(post.number + 1, Ordering::Release);
 }
 
 /// What a peer's slot for call number `call` holds, if anything: the post
-/// of that call, or of the call two before it (a smaller sequence number:
-/// not posted yet). The caller compares sequence numbers and digests.
+/// of that call, or of the call two before it (a smaller number: not
+/// posted yet). The caller compares sequence numbers and digests.
 pub(crate) fn read(peer: &Mapping, call: u64) -> Option<Post> {
     let s = slot(call);
     let w = |i: usize| peer.word(s + 8 * i);
@@ -131,7 +139,8 @@ pub(crate) fn read(peer: &Mapping, call: u64) -> Option<Post> {
         }
     });
     Some(Post {
-        seq: tag - 1,
+        number: tag - 1,
+        seq: w(14).load(Ordering::Relaxed),
         digest: w(1).load(Ordering::Relaxed),
         target,
     })
@@ -154,25 +163,32 @@ mod tests {
             handle: std::array::from_fn(|i| i as u8 * 3),
         };
         let a = Post {
+            number: 0,
             seq: 10,
             digest: 0xabc,
             target: Some(t),
         };
-        publish(&m, 0, &a);
+        publish(&m, &a);
         assert_eq!(read(&m, 0), Some(a));
         assert_eq!(read(&m, 1), None);
         let b = Post {
+            number: 1,
             seq: 12,
             digest: 0xdef,
             target: None,
         };
-        publish(&m, 1, &b);
+        publish(&m, &b);
         assert_eq!(read(&m, 1), Some(b));
         assert_eq!(read(&m, 0), Some(a));
         // Call 2 reuses slot 0: until posted, the slot shows call 0.
         assert_eq!(read(&m, 2), Some(a));
-        let c = Post { seq: 13, ..b };
-        publish(&m, 2, &c);
+        // A registration takes the next call's sequence number.
+        let c = Post {
+            number: 2,
+            seq: 12,
+            ..b
+        };
+        publish(&m, &c);
         assert_eq!(read(&m, 2), Some(c));
     }
 

@@ -33,18 +33,22 @@
 //!
 //! Every stream operation is captured into CUDA graphs like kernels are;
 //! the flags are reset by the waiter, so replays repeat the same stores.
+//! Registration (`register.rs`) is a copy-engine call without copies: it
+//! posts a buffer and opens the peers' for as long as it lives.
+//!
 //! When a call cannot complete (a failure of the node, a timeout), the
 //! waits are released by the host storing into the flags
 //! (`Inner::ce_release`, `run.rs`), and the communicator is failed.
 
 mod board;
+mod register;
 mod registry;
 mod run;
 mod schedule;
 
 use super::handles::{Event, Stream};
 use registry::Registry;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::Mutex;
 
 /// The copy-engine state of one communicator.
@@ -54,6 +58,9 @@ pub(super) struct CopyEngines {
     /// Batch copies allowed (`GPUCOLL_CE_BATCH`, default on; off after
     /// the driver refused one).
     batch: AtomicBool,
+    /// Batches the driver refused in a row: at [`run::BATCH_MAX_REFUSALS`]
+    /// batch copies are turned off.
+    batch_refusals: AtomicU32,
     state: Mutex<State>,
 }
 
@@ -74,6 +81,7 @@ impl CopyEngines {
         CopyEngines {
             used: AtomicBool::new(false),
             batch: AtomicBool::new(batch),
+            batch_refusals: AtomicU32::new(0),
             state: Mutex::new(State {
                 calls: 0,
                 registry: Registry::new(device),

@@ -16,6 +16,9 @@
 //!   together stay open; the least recently used is closed once the work
 //!   queued before its eviction completed (an event), and mappings a
 //!   captured CUDA graph uses stay open for the backend's life.
+//! * **registrations** (`Communicator::register`, `register.rs`): the
+//!   peers' allocations of one registration stay open, outside those
+//!   limits, until this rank drops it; they then age out like the rest.
 
 use super::super::driver::{self, Allocation, CUstream, IPC_HANDLE_BYTES};
 use super::super::handles::{Event, IpcMapping};
@@ -96,6 +99,8 @@ struct Mapped {
     last_use: u64,
     /// Used by a captured graph: never closed before the backend.
     pinned: bool,
+    /// Live registrations naming it: kept open, outside the limits.
+    regs: usize,
 }
 
 /// The caches of one communicator (used under its copy-engine lock).
@@ -109,6 +114,8 @@ pub(crate) struct Registry {
     clock: u64,
     /// Evicted mappings, released once their event completed.
     retired: Vec<(Handle, Event)>,
+    /// The mappings each live registration holds, by its id.
+    registrations: HashMap<u64, Vec<(usize, Handle)>>,
 }
 
 impl Registry {
@@ -120,6 +127,7 @@ impl Registry {
             maps: HashMap::new(),
             clock: 0,
             retired: Vec::new(),
+            registrations: HashMap::new(),
         }
     }
 
@@ -175,13 +183,49 @@ impl Registry {
                 bytes: target.alloc_bytes,
                 last_use: clock,
                 pinned: pin,
+                regs: 0,
             },
         );
         Ok(ptr)
     }
 
-    fn mapped_bytes(&self) -> u64 {
-        self.maps.values().map(|m| m.bytes).sum()
+    /// Open the allocation `peer` registered in `target` and keep it open
+    /// for registration `id` until [`deregister`](Self::deregister).
+    pub(crate) fn open_registered(&mut self, id: u64, peer: usize, target: &Target) -> Result<()> {
+        self.open(peer, target, false)?;
+        if let Some(m) = self.maps.get_mut(&(peer, target.handle)) {
+            m.regs += 1;
+        }
+        self.registrations
+            .entry(id)
+            .or_default()
+            .push((peer, target.handle));
+        Ok(())
+    }
+
+    /// Registration `id` ended: its mappings go back to the cache, as
+    /// used now (evicted later by the limits, not at once: a buffer
+    /// registered again soon is not opened again).
+    pub(crate) fn deregister(&mut self, id: u64) {
+        for key in self.registrations.remove(&id).unwrap_or_default() {
+            if let Some(m) = self.maps.get_mut(&key) {
+                m.regs = m.regs.saturating_sub(1);
+                m.last_use = self.clock;
+            }
+        }
+    }
+
+    /// Live registrations (for tests and logs).
+    pub(crate) fn registrations(&self) -> usize {
+        self.registrations.len()
+    }
+
+    /// Mappings the limits apply to: (count, bytes).
+    fn cached(&self) -> (usize, u64) {
+        self.maps
+            .values()
+            .filter(|m| m.regs == 0)
+            .fold((0, 0), |(n, b), m| (n + 1, b + m.bytes))
     }
 
     /// Evict least recently used mappings beyond the limits that this
@@ -192,11 +236,15 @@ impl Registry {
         if captured {
             return Ok(());
         }
-        while self.maps.len() > MAX_MAPPINGS || self.mapped_bytes() > MAX_MAPPED_BYTES {
+        loop {
+            let (count, bytes) = self.cached();
+            if count <= MAX_MAPPINGS && bytes <= MAX_MAPPED_BYTES {
+                return Ok(());
+            }
             let victim = self
                 .maps
                 .iter()
-                .filter(|(_, m)| !m.pinned && m.last_use < self.clock)
+                .filter(|(_, m)| !m.pinned && m.regs == 0 && m.last_use < self.clock)
                 .min_by_key(|(_, m)| m.last_use)
                 .map(|(k, _)| *k);
             let Some(k) = victim else {
@@ -208,7 +256,6 @@ impl Registry {
                 self.retired.push((k.1, e));
             }
         }
-        Ok(())
     }
 }
 

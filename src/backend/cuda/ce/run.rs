@@ -22,6 +22,9 @@ pub(crate) const LANES: usize = 4;
 /// Calls moving at least this many bytes (all copies together) use the
 /// lanes; smaller ones queue their copies on the submission's stream.
 pub(crate) const LANE_MIN_BYTES: u64 = 8 << 20;
+/// Batches the driver may refuse in a row before batch copies are turned
+/// off for the communicator (each refused batch is copied piece by piece).
+pub(crate) const BATCH_MAX_REFUSALS: u32 = 3;
 /// Smallest piece a copy is split into for the lanes.
 const LANE_PIECE_BYTES: u64 = 2 << 20;
 /// Host waits for peers' posts spin this long before they sleep.
@@ -105,13 +108,14 @@ impl Inner {
             })
         };
         let post = Post {
+            number,
             seq: call.seq,
             digest: call.digest(),
             target,
         };
-        board::publish(self.own().as_ref(), number, &post);
+        board::publish(self.own().as_ref(), &post);
         self.queue_ce(
-            call, &sched, &post, number, &mut st, stream, captured, notify, bounce,
+            call, &sched, &post, &mut st, stream, captured, notify, bounce,
         )
     }
 
@@ -122,7 +126,6 @@ impl Inner {
         call: &CeCall,
         sched: &schedule::Schedule,
         post: &Post,
-        number: u64,
         st: &mut State,
         stream: CUstream,
         captured: bool,
@@ -132,7 +135,7 @@ impl Inner {
         let (n, me) = (self.nranks, self.rank);
         let block = call.block();
         let out_bytes = call.output.elems.saturating_mul(call.esize());
-        let posts = self.await_posts(number, post)?;
+        let posts = self.await_posts(post)?;
         let mut peer_out = vec![0u64; n];
         for &p in &sched.sends_to {
             let t = posts[p].and_then(|q| q.target).ok_or_else(|| {
@@ -281,8 +284,9 @@ impl Inner {
         Ok((addr, alloc, handle))
     }
 
-    /// Every peer's post of copy-engine call `number` (ours at our rank).
-    fn await_posts(&self, number: u64, mine: &Post) -> Result<Vec<Option<Post>>> {
+    /// Every peer's post of the copy-engine call `mine` is ours of (ours
+    /// at our rank).
+    pub(super) fn await_posts(&self, mine: &Post) -> Result<Vec<Option<Post>>> {
         let n = self.nranks;
         let mut posts: Vec<Option<Post>> = vec![None; n];
         posts[self.rank] = Some(*mine);
@@ -294,19 +298,23 @@ impl Inner {
                 if slot.is_some() {
                     continue;
                 }
-                match board::read(self.segs[p].as_ref(), number) {
-                    Some(q) if q.seq == mine.seq && q.digest == mine.digest => *slot = Some(q),
-                    Some(q) if q.seq >= mine.seq => {
-                        let e = Error::ProtocolMismatch {
-                            peer: p,
-                            detail: format!(
-                                "copy-engine collective #{} here, #{} with another kind, root, \
-                                 count or datatype on rank {p}",
-                                mine.seq, q.seq
-                            ),
-                        };
-                        self.mark_failed(e.to_string());
-                        return Err(e);
+                match board::read(self.segs[p].as_ref(), mine.number) {
+                    Some(q) if q.number == mine.number => {
+                        if q.seq != mine.seq || q.digest != mine.digest {
+                            let e = Error::ProtocolMismatch {
+                                peer: p,
+                                detail: format!(
+                                    "copy-engine call {}: {} here, {} on rank {p} (another \
+                                     kind, root, count or datatype)",
+                                    mine.number,
+                                    describe(mine),
+                                    describe(&q)
+                                ),
+                            };
+                            self.mark_failed(e.to_string());
+                            return Err(e);
+                        }
+                        *slot = Some(q);
                     }
                     _ => missing = Some(p),
                 }
@@ -329,8 +337,9 @@ impl Inner {
                         seq: mine.seq,
                         seconds: self.timeout.as_secs_f64(),
                         waiting_for: format!(
-                            "rank {p} to reach copy-engine collective #{} (rank {} is there)",
-                            mine.seq, self.rank
+                            "rank {p} to reach the {} (rank {} is there)",
+                            describe(mine),
+                            self.rank
                         ),
                     };
                     self.mark_failed(e.to_string());
@@ -376,6 +385,9 @@ impl Inner {
                 off += len;
             }
         }
+        if pieces.is_empty() {
+            return Ok(());
+        }
         if !captured
             && !stream.is_null()
             && self.ce.batch.load(Ordering::Relaxed)
@@ -384,6 +396,7 @@ impl Inner {
             // SAFETY: see run_ce: every range is mapped until the work completed.
             match unsafe { driver::memcpy_batch_async(&pieces, stream) } {
                 Ok(()) => {
+                    self.ce.batch_refusals.store(0, Ordering::Relaxed);
                     tracing::debug!(
                         rank = self.rank,
                         pieces = pieces.len(),
@@ -392,10 +405,21 @@ impl Inner {
                     return Ok(());
                 }
                 Err(e) => {
-                    self.ce.batch.store(false, Ordering::Relaxed);
+                    // A refused batch queued nothing: copy this call's
+                    // pieces one by one, and give up on batches only when
+                    // the driver keeps refusing them.
+                    let n = self.ce.batch_refusals.fetch_add(1, Ordering::Relaxed) + 1;
+                    let off = n >= BATCH_MAX_REFUSALS;
+                    if off {
+                        self.ce.batch.store(false, Ordering::Relaxed);
+                    }
                     tracing::warn!(
                         rank = self.rank,
-                        "copy engines: {e}; copying piece by piece from now on"
+                        pieces = pieces.len(),
+                        first = ?pieces.first(),
+                        refusals = n,
+                        "copy engines: {e}; this call copies piece by piece{}",
+                        if off { ", and every later one" } else { "" }
                     );
                 }
             }
@@ -440,5 +464,14 @@ impl Inner {
             driver::stream_wait_event(stream, join.raw())?;
         }
         Ok(())
+    }
+}
+
+/// A post's call, in words.
+fn describe(p: &Post) -> String {
+    if p.digest == super::register::DIGEST {
+        format!("buffer registration before collective #{}", p.seq)
+    } else {
+        format!("copy-engine collective #{}", p.seq)
     }
 }

@@ -9,6 +9,11 @@ use gpucoll::{Communicator, DeviceBuffer, ReduceOp};
 use std::fmt::Write as _;
 use std::time::Instant;
 
+/// Lines `/proc/self/maps` may gain over a churn stage without a leak:
+/// the host heap maps or splits a region now and then (seen once: +1 over
+/// 1,000 copy-engine cycles), while a leak per cycle adds hundreds.
+pub(crate) const MAPPINGS_SLACK: i64 = 8;
+
 /// What one process holds, by counter name.
 pub(crate) fn counters(gpu: i32) -> gpucoll::Result<Vec<(&'static str, i64)>> {
     let count = |dir: &str| {
@@ -105,7 +110,11 @@ pub(crate) fn stage_churn(world: &Communicator, log: &mut String) -> gpucoll::Re
     for ((name, b), (_, a)) in before.iter().zip(after.iter()) {
         let growth = a - b;
         // Device memory may move by the driver's allocation granularity.
-        let allowed = if name.starts_with("device") { 1024 } else { 0 };
+        let allowed = match *name {
+            n if n.starts_with("device") => 1024,
+            "mappings" => MAPPINGS_SLACK,
+            _ => 0,
+        };
         let verdict = if growth <= allowed { "ok" } else { "GREW" };
         if growth > allowed {
             fails += 1;

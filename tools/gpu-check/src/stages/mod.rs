@@ -8,6 +8,7 @@ mod graph;
 mod interop;
 mod oom;
 mod raw;
+mod register;
 mod soak;
 mod timeout;
 
@@ -20,6 +21,7 @@ use graph::stage_graph;
 use interop::stage_interop;
 use oom::stage_oom;
 use raw::stage_raw;
+use register::stage_register;
 use soak::stage_soak;
 use std::ffi::c_void;
 use std::fmt::Write as _;
@@ -109,6 +111,7 @@ pub(crate) fn run_stage(
         "timeout" => stage_timeout(world, mpi, log),
         "churn" => stage_churn(world, log),
         "ce_churn" => stage_ce_churn(world, log),
+        "register" => stage_register(world, log),
         "soak" => stage_soak(world, log),
         "oom" => stage_oom(world, log),
         "interop" => stage_interop(world, log),
