@@ -190,6 +190,8 @@ fn negotiate(
         channels: layout.channels,
         slots: layout.slots,
         slot_bytes: layout.slot_bytes,
+        // collnet's rails wherever there are several nodes.
+        rail: multi,
     };
     Ok(Agreed {
         pids,
@@ -404,10 +406,25 @@ impl CudaBackend {
         // Stage 4b (multi-node): our NET block (staging and receive FIFOs
         // of every inter-node pair, in pinned host memory mapped into the
         // GPU) and the private MPI duplicate its proxy talks over.
+        // With the rails of collnet: one communicator per channel of the
+        // ranks with our local index, ordered by node (as the host
+        // backend's), so channels never interleave their all-reduces.
         let net_parts = if multi {
-            let parts = mpi
-                .dup()
-                .and_then(|comm| net::alloc_block(&a.net_layout).map(|(m, d)| (m, d, comm)));
+            let parts = mpi.dup().and_then(|comm| {
+                let rails = if a.net_layout.rail {
+                    let rail = mpi
+                        .split(Some(topo.local_rank() as u32), topo.node() as i32)?
+                        .ok_or_else(|| {
+                            Error::Backend("MPI_Comm_split gave no rail communicator".into())
+                        })?;
+                    (0..a.net_layout.channels)
+                        .map(|_| rail.dup())
+                        .collect::<Result<Vec<_>>>()?
+                } else {
+                    Vec::new()
+                };
+                net::alloc_block(&a.net_layout).map(|(m, d)| (m, d, comm, rails))
+            });
             Some(agree(&mpi, parts, "set up their NET connectors")?)
         } else {
             None
@@ -422,9 +439,10 @@ impl CudaBackend {
         // Start the proxy last: from here on nothing fails but its start.
         let net = match net_parts {
             None => None,
-            Some((block, _, comm)) => {
+            Some((block, _, comm, rails)) => {
                 let started = NetProxy::start(
                     comm,
+                    rails,
                     a.net_layout.clone(),
                     block,
                     segs.clone(),
@@ -454,6 +472,7 @@ impl CudaBackend {
             } else {
                 Vec::new()
             },
+            rail: a.net_layout.rail.then_some(local_rank as u32),
         };
         let Local {
             ctx,
@@ -492,7 +511,7 @@ impl CudaBackend {
             order: Mutex::new(Default::default()),
             graph_keep: Mutex::new(Vec::new()),
         });
-        let caps = caps(&a.layout, a.transport);
+        let caps = caps(&a.layout, a.transport, a.net_layout.rail);
         log_ready(&inner, topo, &a);
         Ok(CudaBackend::from_parts(inner, caps))
     }

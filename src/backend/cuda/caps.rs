@@ -8,8 +8,9 @@ use crate::tune::caps::links::{
 use crate::tune::caps::BackendCaps;
 use crate::tune::Protocol;
 
-/// The capabilities of a backend with this agreed layout and transport.
-pub(super) fn caps(layout: &Layout, transport: Transport) -> BackendCaps {
+/// The capabilities of a backend with this agreed layout and transport;
+/// `rails`: the NET layout has collnet's rail pairs (several nodes).
+pub(super) fn caps(layout: &Layout, transport: Transport, rails: bool) -> BackendCaps {
     BackendCaps {
         protocols: vec![Protocol::Simple],
         direct_protocols: if layout.direct {
@@ -27,9 +28,11 @@ pub(super) fn caps(layout: &Layout, transport: Transport) -> BackendCaps {
         inter: INTER,
         launch_us: LAUNCH_US,
         direct: layout.direct,
-        // Rail steps (collnet) need a device-side bridge to MPI that this
-        // backend does not have: its inter-node traffic is the NET proxy.
-        collnet: false,
+        // Rail steps (collnet) go through the NET proxy to MPI's own
+        // all-reduce (`net/rail.rs`). Its cost is not calibrated on this
+        // backend yet: `MPI_RAIL` is pessimistic, so collnet is chosen
+        // only when forced (`GPUCOLL_ALGO=collnet`).
+        collnet: rails,
         rail: crate::tune::caps::links::MPI_RAIL,
         // Copy-engine collectives use the direct path's mapped peers.
         copy_engine: layout.direct.then_some(crate::tune::caps::links::CUDA_CE),

@@ -127,7 +127,7 @@ impl Layout {
 }
 
 /// The connector tables `(send, recv)`, indexed `[channel * nranks + peer]`,
-/// as rank `rank` sees them. `bases[r]`: rank `r`'s P2P/SHM area in our
+/// as rank `rank` sees them (at its own index: the rail pair, if any). `bases[r]`: rank `r`'s P2P/SHM area in our
 /// address space (for ranks of our node); `net_dev`: our NET block. Every
 /// offset comes from the agreed layouts, so a sender's connector and its
 /// receiver's are the same memory.
@@ -150,6 +150,13 @@ pub(super) fn conn_tables(
         ..GcConn::default()
     };
     for c in 0..layout.channels {
+        if let Some(i) = net.rail_index() {
+            // Our own index: the channel's rail pair (collnet), bridged by
+            // the proxy to MPI's all-reduce (`net/rail.rs`).
+            let k = c as usize * n + rank;
+            recv[k] = conn(net_dev + net.recv_conn(c, i), net_dev + net.recv_head(c, i));
+            send[k] = conn(net_dev + net.send_conn(c, i), net_dev + net.send_head(c, i));
+        }
         for p in (0..n).filter(|&p| p != rank) {
             let k = c as usize * n + p;
             let pu = p as u64;
@@ -203,6 +210,7 @@ mod tests {
             channels: layout.channels,
             slots: layout.slots,
             slot_bytes: layout.slot_bytes,
+            rail: true,
         };
         let net_dev = (rank as u64 + 10) << 40;
         let (s, r) = conn_tables(rank, &layout, &bases, &net, net_dev);
@@ -229,13 +237,14 @@ mod tests {
     }
 
     #[test]
-    fn inter_node_connectors_stay_in_the_own_net_block() {
+    fn inter_node_and_rail_connectors_stay_in_the_own_net_block() {
         for rank in 0..4 {
             let (send, recv, layout, net, dev) = tables(rank);
             let n = 4;
             let mut words = Vec::new();
             for c in 0..layout.channels as usize {
-                for p in net.peers.iter().copied() {
+                // The NET peers' pairs and, at our own index, the rail's.
+                for p in net.peers.iter().copied().chain([rank]) {
                     for conn in [send[c * n + p], recv[c * n + p]] {
                         for a in [conn.data, conn.meta, conn.tail, conn.head] {
                             assert!(a >= dev && a < dev + net.total(), "rank {rank} peer {p}");
@@ -250,11 +259,6 @@ mod tests {
             let len = words.len();
             words.dedup();
             assert_eq!(words.len(), len, "rank {rank}: NET connectors share words");
-            // No connector to ourselves.
-            for c in 0..layout.channels as usize {
-                assert_eq!(send[c * n + rank].data, 0);
-                assert_eq!(recv[c * n + rank].data, 0);
-            }
         }
     }
 }

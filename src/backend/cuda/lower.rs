@@ -8,6 +8,7 @@ use super::layout::{
     Layout, DIRECT_BLOCK_BYTES, DIRECT_LL_BLOCK_BYTES, DIRECT_LL_MAX_BYTES, DIRECT_MAX_BLOCKS,
     DIRECT_MAX_BYTES,
 };
+use super::net::RailJob;
 use crate::backend::shared::validate::{self, plan_error, Limits};
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
@@ -39,6 +40,9 @@ pub(super) struct Target {
     /// Every rank's direct area in our address space; empty without the
     /// direct path.
     pub direct_bases: Vec<u64>,
+    /// Our rail (local index) where the NET layout has rail pairs: collnet
+    /// runs (`net/rail.rs`).
+    pub rail: Option<u32>,
 }
 
 /// One kernel launch of a submission.
@@ -109,6 +113,9 @@ pub(super) struct Lowered {
     pub steps: Vec<GcStep>,
     pub chans: Vec<GcChan>,
     pub items: Vec<Item>,
+    /// The rail steps, `(channel, job)` in step order: the NET proxy's
+    /// jobs, queued before the kernels are launched.
+    pub rail_jobs: Vec<(usize, RailJob)>,
 }
 
 impl Lowered {
@@ -359,12 +366,11 @@ impl Target {
                 scratch_elems: elems(scratch),
                 // In place (or overlapping), input and output are one memory.
                 input_writable: plan.task.in_place || (i0 < o1 && o0 < i1),
-                // collnet is not offered to this backend (its caps say so).
-                rail: None,
+                rail: self.rail,
             },
         )?;
         let red = plan.reduction;
-        let (steps, chans) = (&mut out.steps, &mut out.chans);
+        let (steps, chans, rail_jobs) = (&mut out.steps, &mut out.chans, &mut out.rail_jobs);
         let first_chan = chans.len();
         // Blocks for leading local-only steps split off their channel.
         let mut local_chans: Vec<GcChan> = Vec::new();
@@ -428,13 +434,30 @@ impl Target {
                         g.nsend = 1;
                         g.nrecv = 1;
                     }
-                    Step::Rail { .. } => {
-                        return Err(plan_error(
-                            seq,
+                    Step::Rail { region: r, .. } => {
+                        // Send the shard into the rail pair (our own
+                        // index), then receive its all-reduce in place.
+                        g.kind = STEP_FLOW;
+                        g.src = region(*r);
+                        g.send[0] = peer(self.rank);
+                        g.nsend = 1;
+                        steps.push(g);
+                        g = GcStep {
+                            count,
+                            kind: STEP_FLOW,
+                            dst: region(*r),
+                            nrecv: 1,
+                            ..GcStep::default()
+                        };
+                        g.recv[0] = peer(self.rank);
+                        rail_jobs.push((
                             ch,
-                            i,
-                            "a rail step (collnet) on the CUDA backend",
-                        ))
+                            RailJob {
+                                bytes: count * esize,
+                                dtype,
+                                combine: red.combine,
+                            },
+                        ));
                     }
                 }
                 steps.push(g);

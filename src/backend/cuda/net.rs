@@ -30,6 +30,9 @@
 //! reported as `PeerFailed`. At teardown it cancels its posted receives; if
 //! MPI might still use some buffer, the NET block is leaked, never freed.
 //!
+//! With collnet, each channel also has a rail pair, bridged to MPI's own
+//! all-reduce (`net/rail.rs`).
+//!
 //! The proxy's state machine ([`Proxy`]) is generic over the [`Wire`] that
 //! moves messages, so it is unit-tested over host memory without MPI or GPU
 //! (`net/tests.rs`); the thread that drives it over MPI is in `net/thread.rs`.
@@ -39,6 +42,7 @@ use crate::error::{Error, Result};
 use crate::mpi::{MpiComm, MpiRequest};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// At teardown, how long all cancellations together may take.
@@ -61,6 +65,9 @@ pub(crate) struct NetLayout {
     pub channels: u64,
     pub slots: u64,
     pub slot_bytes: u64,
+    /// Whether each channel also has a rail pair (collnet, `net/rail.rs`),
+    /// at peer index `peers.len()`.
+    pub rail: bool,
 }
 
 impl NetLayout {
@@ -70,8 +77,16 @@ impl NetLayout {
     fn pair_bytes(&self) -> u64 {
         2 * HEAD_STRIDE + 2 * self.conn_bytes()
     }
+    /// Pairs per channel: one per NET peer, and the rail's.
+    fn per_channel(&self) -> u64 {
+        self.peers.len() as u64 + u64::from(self.rail)
+    }
     fn pair_off(&self, c: u64, i: usize) -> u64 {
-        (c * self.peers.len() as u64 + i as u64) * self.pair_bytes()
+        (c * self.per_channel() + i as u64) * self.pair_bytes()
+    }
+    /// The peer index of the rail pair, if the layout has rails.
+    pub(crate) fn rail_index(&self) -> Option<usize> {
+        self.rail.then_some(self.peers.len())
     }
     /// The head of the send connector (kernel → peer).
     pub(crate) fn send_head(&self, c: u64, i: usize) -> u64 {
@@ -91,12 +106,13 @@ impl NetLayout {
     }
     /// Bytes of the whole block.
     pub(crate) fn total(&self) -> u64 {
-        self.channels * self.peers.len() as u64 * self.pair_bytes()
+        self.channels * self.per_channel() * self.pair_bytes()
     }
     /// The peer index of `rank`, if it is a NET peer.
     pub(crate) fn index_of(&self, rank: usize) -> Option<usize> {
         self.peers.binary_search(&rank).ok()
     }
+    /// NET peer pairs (the rails apart).
     fn pairs(&self) -> usize {
         self.channels as usize * self.peers.len()
     }
@@ -224,6 +240,8 @@ pub(crate) struct Proxy<W: Wire> {
     recvs: Vec<RecvSide<W::Req>>,
     /// Requests left over by a failed post, retired at shutdown.
     orphans: Vec<W::Req>,
+    /// The rails, when the layout has them (`rail.rs`).
+    rails: Option<Rails>,
 }
 
 fn counters(peer: usize, c: u64, what: &str) -> Error {
@@ -244,10 +262,23 @@ impl<W: Wire> Proxy<W> {
     /// # Safety
     /// `mem` must hold `layout.total()` bytes, zeroed before any kernel or
     /// proxy used it.
-    pub(crate) unsafe fn new(wire: W, layout: NetLayout, mem: NetMem) -> Proxy<W> {
+    /// `rails`: the all-reduces and jobs queue of the rail pairs, which
+    /// the layout has if and only if they are given.
+    pub(crate) unsafe fn new(
+        wire: W,
+        layout: NetLayout,
+        mem: NetMem,
+        rails: Option<(Box<dyn RailNet>, Arc<RailJobs>)>,
+    ) -> Proxy<W> {
         let pairs = layout.pairs();
         let slots = layout.slots as usize;
+        let channels = layout.channels as usize;
         Proxy {
+            rails: rails.filter(|_| layout.rail).map(|(net, jobs)| Rails {
+                net,
+                jobs,
+                sides: (0..channels).map(|_| RailSide::new()).collect(),
+            }),
             sends: (0..pairs)
                 .map(|_| SendSide {
                     posted: 0,
@@ -280,6 +311,7 @@ impl<W: Wire> Proxy<W> {
                 moved |= self.send_progress(c, i, k)?;
                 moved |= self.recv_progress(c, i, k)?;
             }
+            moved |= self.rail_progress(c)?;
         }
         Ok(moved)
     }
@@ -425,9 +457,14 @@ impl<W: Wire> Proxy<W> {
         Ok(moved)
     }
 
-    /// Whether any piece is in MPI's hands (sends not yet completed).
+    /// Whether any piece is in MPI's hands (sends or rail all-reduces not
+    /// yet completed).
     fn sending(&self) -> bool {
         self.sends.iter().any(|s| !s.inflight.is_empty())
+            || self
+                .rails
+                .as_ref()
+                .is_some_and(|r| r.sides.iter().any(RailSide::busy))
     }
 
     /// Cancel every request. `true` if MPI no longer uses any buffer (the
@@ -441,6 +478,11 @@ impl<W: Wire> Proxy<W> {
         }
         for r in &mut self.recvs {
             reqs.extend(r.inflight.drain(..).flat_map(|(m, d)| [m, d]));
+        }
+        // An all-reduce in flight owns its buffers (leaked if it never
+        // completes): nothing of the block is in MPI's hands.
+        if let Some(r) = self.rails.take() {
+            r.close();
         }
         let mut clean = true;
         for req in reqs {
@@ -457,7 +499,10 @@ impl<W: Wire> Proxy<W> {
     }
 }
 
+mod rail;
 mod thread;
+pub(crate) use rail::{MpiRails, RailJob, RailJobs};
+use rail::{RailNet, RailSide, Rails};
 #[cfg(test)]
 use thread::NetBlock;
 pub(crate) use thread::{alloc_block, ActiveGuard, NetProxy};

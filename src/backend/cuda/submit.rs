@@ -76,6 +76,15 @@ impl Inner {
         }
         let mut res = Resources::default();
         let mut lowered = self.lower(&launch, &mut res)?;
+        if captured && !lowered.rail_jobs.is_empty() {
+            // The proxy learns each rail step's datatype and op from a
+            // queue filled per submission, which graph replays would skip.
+            return Err(Error::InvalidUsage(
+                "a collnet all_reduce (GPUCOLL_ALGO=collnet) cannot be captured into a CUDA \
+                 graph: its inter-node step is MPI's all-reduce, driven from the host"
+                    .into(),
+            ));
+        }
         self.profile.lap(&mut clock, Phase::Lower);
         let event = if blocking || captured {
             None
@@ -117,6 +126,14 @@ impl Inner {
         }
         pending.res = Some(res);
         self.profile.lap(&mut clock, Phase::Upload);
+        if !lowered.rail_jobs.is_empty() {
+            // Before the kernels: the proxy needs each piece's job when the
+            // piece appears.
+            let net = self.net.as_ref().ok_or_else(|| {
+                Error::Backend("rail steps on a backend without a NET proxy".into())
+            })?;
+            net.push_rail_jobs(&lowered.rail_jobs)?;
+        }
         // A blocking call on our own stream waits for its last kernel by
         // reading host memory: that kernel stores `done_tag` when all its
         // blocks finished (`notify`; other launches skip the store and its

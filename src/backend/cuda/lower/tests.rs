@@ -28,6 +28,7 @@ fn target(rank: usize, nranks: usize, direct: bool) -> Target {
         } else {
             Vec::new()
         },
+        rail: None,
     }
 }
 

@@ -14,6 +14,7 @@ fn layout(peers: Vec<usize>) -> NetLayout {
         channels: 3,
         slots: 4,
         slot_bytes: 64,
+        rail: false,
     }
 }
 
@@ -226,7 +227,7 @@ impl Rank {
             fabric: fabric.clone(),
         };
         // SAFETY: as above.
-        let proxy = unsafe { Proxy::new(wire, layout.clone(), mem) };
+        let proxy = unsafe { Proxy::new(wire, layout.clone(), mem, None) };
         Rank {
             _block: block,
             mem,
@@ -408,6 +409,7 @@ fn mpi_proxy_streams() {
         channels: 3,
         slots: 8,
         slot_bytes: 64 << 10,
+        rail: false,
     };
     let mut block = vec![0u64; (layout.total() / 8) as usize];
     // SAFETY: the vector is 8-aligned and zeroed; its heap memory moves
@@ -417,6 +419,7 @@ fn mpi_proxy_streams() {
     let seg = Arc::new(Segment::create(&name, super::super::shm::CONTROL_BYTES).unwrap());
     let mut proxy = NetProxy::start(
         world.dup().unwrap(),
+        Vec::new(),
         layout.clone(),
         NetBlock::Host(block),
         vec![seg.clone()],

@@ -2,7 +2,7 @@
 //! touching the FIFOs once the abort word is raised, and at teardown
 //! cancels what it posted (leaking the NET block if MPI might still use it).
 
-use super::{NetLayout, NetMem, Proxy, CANCEL_WAIT};
+use super::{MpiRails, NetLayout, NetMem, Proxy, RailJob, RailJobs, CANCEL_WAIT};
 use crate::backend::cuda::memory::PinnedMem;
 use crate::backend::cuda::shm::Segment;
 use crate::backend::shared::failure::NodeSegments;
@@ -80,6 +80,8 @@ pub(crate) struct NetProxy {
     thread: Option<JoinHandle<bool>>,
     /// The NET block; `None` once freed or leaked.
     block: Option<NetBlock>,
+    /// The rails' jobs queue, when the layout has rails.
+    rail_jobs: Option<Arc<RailJobs>>,
     rank: usize,
 }
 
@@ -105,9 +107,12 @@ pub(crate) fn alloc_block(layout: &NetLayout) -> Result<(NetBlock, u64)> {
 
 impl NetProxy {
     /// Start the proxy thread over `comm` (a private duplicate). `segs` are
-    /// the node's control segments, ours at `local_rank`.
+    /// the node's control segments, ours at `local_rank`; `rails`: one
+    /// rail communicator per channel when the layout has rails.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         comm: MpiComm,
+        rails: Vec<MpiComm>,
         layout: NetLayout,
         mut block: NetBlock,
         segs: Vec<Arc<Segment>>,
@@ -122,8 +127,21 @@ impl NetProxy {
         // `alloc_block`, and outlives the thread (joined before it is freed;
         // moving a `NetBlock` does not move its memory).
         let mem = unsafe { NetMem::new(host, block.bytes() as u64) };
+        if layout.rail && rails.len() != layout.channels as usize {
+            return Err(Error::Backend(format!(
+                "{} rail communicators for {} channels",
+                rails.len(),
+                layout.channels
+            )));
+        }
+        let rail_jobs = layout
+            .rail
+            .then(|| Arc::new(RailJobs::new(layout.channels as usize)));
+        let net_rails = rail_jobs
+            .clone()
+            .map(|jobs| (Box::new(MpiRails(rails)) as Box<dyn super::RailNet>, jobs));
         // SAFETY: as above.
-        let proxy = unsafe { Proxy::new(comm, layout, mem) };
+        let proxy = unsafe { Proxy::new(comm, layout, mem, net_rails) };
         let shared = Arc::new(NetShared::default());
         let sh = shared.clone();
         let thread = std::thread::Builder::new()
@@ -137,6 +155,7 @@ impl NetProxy {
             shared,
             thread: Some(thread),
             block: Some(block),
+            rail_jobs,
             rank,
         })
     }
@@ -151,6 +170,18 @@ impl NetProxy {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// Queue a launch's rail steps, `(channel, job)` in step order, before
+    /// its kernels are launched.
+    pub(crate) fn push_rail_jobs(&self, jobs: &[(usize, RailJob)]) -> Result<()> {
+        match &self.rail_jobs {
+            Some(q) => q.push(jobs),
+            None if jobs.is_empty() => Ok(()),
+            None => Err(Error::Backend(
+                "rail steps on a communicator without rails".into(),
+            )),
+        }
     }
 
     /// Mark a launch in flight until the guard drops.

@@ -2,6 +2,7 @@
 //! inputs, pending raw calls and their verification.
 
 mod ce_churn;
+mod ce_mixed;
 mod churn;
 mod dead_peer;
 mod graph;
@@ -13,6 +14,7 @@ mod soak;
 mod timeout;
 
 use ce_churn::stage_ce_churn;
+use ce_mixed::stage_ce_mixed;
 use churn::stage_churn;
 pub(crate) use dead_peer::stage_dead_peer;
 use gpucoll::mpi::MpiComm;
@@ -112,6 +114,7 @@ pub(crate) fn run_stage(
         "churn" => stage_churn(world, log),
         "ce_churn" => stage_ce_churn(world, log),
         "register" => stage_register(world, log),
+        "ce_mixed" => stage_ce_mixed(world, log),
         "soak" => stage_soak(world, log),
         "oom" => stage_oom(world, log),
         "interop" => stage_interop(world, log),
