@@ -20,6 +20,7 @@ use super::net::{self, NetLayout, NetProxy};
 use super::profile::HostProfile;
 use super::shm::{self, Segment};
 use super::state::Inner;
+use crate::backend::shared::calibrate;
 use crate::backend::shared::failure::Failure;
 use crate::backend::shared::liveness::PeerLiveness;
 use crate::backend::shared::setup::{self, random_tag};
@@ -431,6 +432,28 @@ impl CudaBackend {
         };
         let net_dev = net_parts.as_ref().map(|p| p.1).unwrap_or(0);
 
+        // Stage 4c (multi-node): the NET hop and the rail measured, as the
+        // host backend does, so the tuner weighs ring, tree and collnet on
+        // this cluster's figures; every rank adopts the slowest rank's.
+        let inter_costs = match net_parts.as_ref().and_then(|p| p.3.first()) {
+            Some(r) => {
+                let t = std::time::Instant::now();
+                let m = agree(&mpi, calibrate::measure(r), "measure inter-node costs")?;
+                let m = calibrate::agree(&mpi, m)?;
+                let costs = calibrate::costs(&m, topo.nnodes());
+                tracing::info!(
+                    rank,
+                    ms = t.elapsed().as_secs_f64() * 1e3,
+                    ?m,
+                    inter = ?costs.0,
+                    rail = ?costs.1,
+                    "inter-node costs measured"
+                );
+                Some(costs)
+            }
+            None => None,
+        };
+
         // Stage 5: connector tables.
         let (send, recv) = conn_tables(rank, &a.layout, &fifos.bases, &a.net_layout, net_dev);
         let tables = upload_conns(&send, &recv);
@@ -511,7 +534,7 @@ impl CudaBackend {
             order: Mutex::new(Default::default()),
             graph_keep: Mutex::new(Vec::new()),
         });
-        let caps = caps(&a.layout, a.transport, a.net_layout.rail);
+        let caps = caps(&a.layout, a.transport, inter_costs);
         log_ready(&inner, topo, &a);
         Ok(CudaBackend::from_parts(inner, caps))
     }
