@@ -64,6 +64,13 @@ pub(super) enum Item {
     },
     /// A copy-engine collective: no kernel.
     Copy(Box<CeCall>),
+    /// A communicator of one rank: the collective is a copy of the input
+    /// into the output (`(dst, src, bytes)`, coalesced), queued as driver
+    /// copies instead of a kernel ([`local_copies`]).
+    Local {
+        copies: Vec<(u64, u64, u64)>,
+        seq: u64,
+    },
 }
 
 /// One copy-engine collective, as lowered.
@@ -540,6 +547,55 @@ pub(super) fn local_prefix(steps: &[GcStep], esize: u64) -> usize {
     k
 }
 
+/// A one-rank plan as plain copies: every step a flow with no peer from
+/// the input or output to the output, with no scaling that changes a value
+/// (a pre-scale of 1, a post-divisor of 1: a one-value reduction is that
+/// value). None where a kernel must run: scaling, scratch, anything
+/// outside the buffers (the kernel path's validation then reports it), or
+/// nothing to copy (in place).
+pub(super) fn local_copies(plan: &Plan, input: Mem, output: Mem) -> Option<Vec<(u64, u64, u64)>> {
+    let red = plan.reduction;
+    if red.pre_scale.is_some_and(|x| x != 1.0) || red.post_div.is_some_and(|d| d != 1) {
+        return None;
+    }
+    let esize = plan.task.dtype.size() as u64;
+    let at = |r: Region, count: u64| -> Option<u64> {
+        let m = match r.buf {
+            BufId::Input => input,
+            BufId::Output => output,
+            BufId::Scratch => return None,
+        };
+        (m.addr != 0 && r.offset.checked_add(count)? <= m.elems).then(|| m.addr + r.offset * esize)
+    };
+    let mut copies: Vec<(u64, u64, u64)> = Vec::new();
+    for cw in &plan.channels {
+        for step in &cw.steps {
+            let Step::Flow(f) = step else {
+                return None;
+            };
+            if !f.recv.is_empty() || !f.send.is_empty() || f.acc || f.count == 0 {
+                if f.count == 0 {
+                    continue;
+                }
+                return None;
+            }
+            let (src, dst) = (at(f.src?, f.count)?, at(f.dst?, f.count)?);
+            if f.dst?.buf != BufId::Output {
+                return None;
+            }
+            let bytes = f.count * esize;
+            if src == dst {
+                continue;
+            }
+            match copies.last_mut() {
+                Some(last) if last.0 + last.2 == dst && last.1 + last.2 == src => last.2 += bytes,
+                _ => copies.push((dst, src, bytes)),
+            }
+        }
+    }
+    (!copies.is_empty()).then_some(copies)
+}
+
 /// The tables of one datatype's launch in a group: the calls' arguments,
 /// one descriptor per block (channel) and the entries it walks.
 pub(super) struct GroupPart {
@@ -557,7 +613,7 @@ pub(super) fn group_parts(chans: &[GcChan], items: &[Item]) -> Result<Vec<GroupP
     let mut parts: Vec<GroupPart> = Vec::new();
     for dt in items.iter().filter_map(|i| match i {
         Item::Steps { dtype, .. } => Some(*dtype),
-        Item::Direct { .. } | Item::Copy(_) => None,
+        Item::Direct { .. } | Item::Copy(_) | Item::Local { .. } => None,
     }) {
         if parts.iter().any(|p| p.dtype == dt) {
             continue;

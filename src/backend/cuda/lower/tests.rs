@@ -566,3 +566,32 @@ fn oneshot_of_the_other_collectives_sizes_its_segments() {
         }
     }
 }
+
+/// One rank: collectives become one coalesced driver copy where no value
+/// changes, and stay kernels where one does (or nothing is copied).
+#[test]
+fn one_rank_plans_become_plain_copies() {
+    for kind in CollKind::ALL {
+        let p = planned(kind, Algorithm::Ring, 300_000, 0, 1);
+        let copies = local_copies(&p, IN, OUT);
+        assert_eq!(
+            copies,
+            Some(vec![(OUT.addr, IN.addr, 300_000 * 4)]),
+            "{}",
+            kind.name()
+        );
+    }
+    // A pre-scale other than 1 (premulsum) needs the kernel.
+    let mut p = planned(CollKind::AllReduce, Algorithm::Ring, 1000, 0, 1);
+    p.reduction.pre_scale = Some(0.5);
+    assert_eq!(local_copies(&p, IN, OUT), None);
+    // Input and output the same memory: nothing to copy.
+    let p1 = planned(CollKind::AllGather, Algorithm::Ring, 1000, 0, 1);
+    assert_eq!(local_copies(&p1, IN, IN), None);
+    // A copy that would leave the output: left to the kernel path's checks.
+    let small = Mem {
+        addr: OUT.addr,
+        elems: 10,
+    };
+    assert_eq!(local_copies(&p1, IN, small), None);
+}
