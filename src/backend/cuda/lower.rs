@@ -605,6 +605,26 @@ pub(super) struct GroupPart {
     pub entries: Vec<GcGroupEntry>,
 }
 
+/// The order in which a group launch's kernels meet their rail steps on a
+/// channel: [`group_parts`] runs one launch per kernel datatype, in order
+/// of first appearance, each walking its calls in call order. `jobs` come
+/// in call order; a stable sort by the launch of their datatype gives the
+/// order the proxy sees their pieces in.
+pub(super) fn group_rail_order(jobs: &mut [(usize, RailJob)], items: &[Item]) {
+    let mut order: Vec<Datatype> = Vec::new();
+    for i in items {
+        if let Item::Steps { dtype, .. } = i {
+            if !order.contains(dtype) {
+                order.push(*dtype);
+            }
+        }
+    }
+    jobs.sort_by_key(|(_, j)| {
+        let k = kernel_dtype(j.dtype);
+        order.iter().position(|d| *d == k).unwrap_or(order.len())
+    });
+}
+
 /// Split a group's step items by datatype (in order of first appearance):
 /// one launch per datatype, one block per channel used, whose entries name
 /// the calls' step ranges on that channel in call order (every rank orders

@@ -7,7 +7,7 @@ use super::cache::Resources;
 
 use super::driver::{self, CUstream, Capture};
 use super::launch;
-use super::lower::{local_copies, runs_as_oneshot, CeCall, Item, Lowered, Mem};
+use super::lower::{group_rail_order, local_copies, runs_as_oneshot, CeCall, Item, Lowered, Mem};
 use super::memory::{bind, DevMem};
 use super::order::{stream_mode, Order};
 use super::pending::CudaPending;
@@ -132,6 +132,9 @@ impl Inner {
             let net = self.net.as_ref().ok_or_else(|| {
                 Error::Backend("rail steps on a backend without a NET proxy".into())
             })?;
+            if group_launch.is_some() {
+                group_rail_order(&mut lowered.rail_jobs, &lowered.items);
+            }
             net.push_rail_jobs(&lowered.rail_jobs)?;
         }
         // A blocking call on our own stream waits for its last kernel by

@@ -595,3 +595,34 @@ fn one_rank_plans_become_plain_copies() {
     };
     assert_eq!(local_copies(&p1, IN, small), None);
 }
+
+/// A group whose calls alternate datatypes runs one launch per kernel
+/// datatype: the rail jobs follow that order, call order within each.
+#[test]
+fn group_rail_jobs_follow_the_launches() {
+    let steps = |dtype| Item::Steps {
+        first_chan: 0,
+        nchans: 1,
+        args: GcArgs::default(),
+        dtype: kernel_dtype(dtype),
+    };
+    let items = [
+        steps(Datatype::F32),
+        steps(Datatype::F64),
+        steps(Datatype::F32),
+    ];
+    let job = |dtype, bytes| RailJob {
+        bytes,
+        dtype,
+        combine: Combine::Sum,
+    };
+    let mut jobs = vec![
+        (0, job(Datatype::F32, 1)),
+        (1, job(Datatype::F32, 2)),
+        (0, job(Datatype::F64, 3)),
+        (0, job(Datatype::F32, 4)),
+    ];
+    group_rail_order(&mut jobs, &items);
+    let order: Vec<u64> = jobs.iter().map(|(_, j)| j.bytes).collect();
+    assert_eq!(order, [1, 2, 4, 3]);
+}

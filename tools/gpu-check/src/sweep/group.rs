@@ -1,6 +1,8 @@
 //! One group launch mixing datatypes and kinds: two all_reduces of
-//! different types, an all_gather and a broadcast (four datatypes, three
-//! kinds), checked element by element.
+//! different types, an all_gather, a broadcast and a third all_reduce of
+//! the first one's type (four datatypes, three kinds; the GPU runs one
+//! launch per datatype, so the last call runs second), checked element by
+//! element.
 
 use super::env::Env;
 use crate::values::{reduce_exact, val};
@@ -58,13 +60,21 @@ pub(crate) fn mixed_group(env: &mut Env) -> gpucoll::Result<usize> {
         in_place: true,
         ..ta
     };
+    let te = Task {
+        count: 2000,
+        op: ReduceOp::Max,
+        ..ta
+    };
+    let mut oe = DeviceBuffer::<i32>::zeroed(env.gpu, 2000)?;
     let od_in = od.raw();
     env.run(vec![
         (ta, da.raw(), oa.raw_mut()),
         (tb, db.raw(), ob.raw_mut()),
         (tc, dc.raw(), oc.raw_mut()),
         (td, od_in, od.raw_mut()),
+        (te, da.raw(), oe.raw_mut()),
     ])?;
+    let ge = oe.to_vec()?;
     let (ga, gb) = (oa.to_vec()?, ob.to_vec()?);
     let (gc, gd) = (oc.to_vec()?, od.to_vec()?);
     let mut bad = 0;
@@ -78,6 +88,15 @@ pub(crate) fn mixed_group(env: &mut Env) -> gpucoll::Result<usize> {
         bad += (*g as f64
             != reduce_exact(
                 ReduceOp::Sum,
+                (0..n).map(|r| val(r, j as u64, true)),
+                n,
+                false,
+            )) as usize;
+    }
+    for (j, g) in ge.iter().enumerate() {
+        bad += (*g as f64
+            != reduce_exact(
+                ReduceOp::Max,
                 (0..n).map(|r| val(r, j as u64, true)),
                 n,
                 false,
