@@ -439,17 +439,7 @@ impl CudaBackend {
             Some(r) => {
                 let t = std::time::Instant::now();
                 let m = agree(&mpi, calibrate::measure(r), "measure inter-node costs")?;
-                let m = calibrate::agree(&mpi, m)?;
-                let costs = calibrate::costs(&m, topo.nnodes());
-                tracing::info!(
-                    rank,
-                    ms = t.elapsed().as_secs_f64() * 1e3,
-                    ?m,
-                    inter = ?costs.0,
-                    rail = ?costs.1,
-                    "inter-node costs measured"
-                );
-                Some(costs)
+                Some(calibrate::agreed_costs(&mpi, m, topo.nnodes(), t)?)
             }
             None => None,
         };

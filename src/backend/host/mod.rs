@@ -370,17 +370,7 @@ impl HostBackend {
         let (inter, rail) = match rails.first() {
             Some(r) => {
                 let t = std::time::Instant::now();
-                let m = calibrate::agree(&mpi, calibrate::measure(r)?)?;
-                let costs = calibrate::costs(&m, topo.nnodes());
-                tracing::info!(
-                    rank,
-                    ms = t.elapsed().as_secs_f64() * 1e3,
-                    ?m,
-                    inter = ?costs.0,
-                    rail = ?costs.1,
-                    "inter-node costs measured"
-                );
-                costs
+                calibrate::agreed_costs(&mpi, calibrate::measure(r)?, topo.nnodes(), t)?
             }
             None => (links::MPI_NET, links::MPI_RAIL),
         };

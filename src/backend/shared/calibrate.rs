@@ -110,6 +110,28 @@ pub(crate) fn agree(comm: &MpiComm, mine: Measured) -> Result<Measured> {
     })
 }
 
+/// `mine` (this rank's measurement, started at `started`) agreed across
+/// `comm` and turned into the tuner's link costs over `nodes` nodes,
+/// logged at info: what both backends do at creation with several nodes.
+pub(crate) fn agreed_costs(
+    comm: &MpiComm,
+    mine: Measured,
+    nodes: usize,
+    started: Instant,
+) -> Result<(LinkCost, LinkCost)> {
+    let m = agree(comm, mine)?;
+    let c = costs(&m, nodes);
+    tracing::info!(
+        rank = comm.rank(),
+        ms = started.elapsed().as_secs_f64() * 1e3,
+        ?m,
+        inter = ?c.0,
+        rail = ?c.1,
+        "inter-node costs measured"
+    );
+    Ok(c)
+}
+
 /// The link costs the tuner uses, from agreed measurements over `nodes`
 /// nodes: (NET hop per channel, rail all_reduce per call). Latency comes
 /// from the small size, bandwidth from the large one alone (a difference
