@@ -7,11 +7,14 @@
 //   interpreter.cuh  the step interpreter (gc_run_*: Flow and Exchange steps)
 //   oneshot.cuh      the direct one-shot all_reduce, all_gather, reduce_scatter
 //                    and all_to_all (gc_direct_ar_*)
+//   peer.cuh         all_reduce, reduce_scatter, all_gather and broadcast on
+//                    registered buffers, read and written in place (gc_peer_*)
 // Entry points: one kernel per datatype and path, resolved by name; signed
 // integers run on the unsigned kernel of their width (see GC_OP_SIGNED).
 #include "gpucoll.cuh"
 #include "interpreter.cuh"
 #include "oneshot.cuh"
+#include "peer.cuh"
 
 #define GC_THREADS 512
 
@@ -25,6 +28,17 @@ GC_DIRECT_KERNEL(gc_direct_ar_f16, __half)
 GC_DIRECT_KERNEL(gc_direct_ar_bf16, __nv_bfloat16)
 GC_DIRECT_KERNEL(gc_direct_ar_f32, float)
 GC_DIRECT_KERNEL(gc_direct_ar_f64, double)
+
+#define GC_PEER_KERNEL(name, T) \
+  extern "C" __global__ void __launch_bounds__(GC_THREADS, 1) name(GcPeerArgs a) { peer_op<T>(a); }
+
+GC_PEER_KERNEL(gc_peer_u8, uint8_t)
+GC_PEER_KERNEL(gc_peer_u32, uint32_t)
+GC_PEER_KERNEL(gc_peer_u64, uint64_t)
+GC_PEER_KERNEL(gc_peer_f16, __half)
+GC_PEER_KERNEL(gc_peer_bf16, __nv_bfloat16)
+GC_PEER_KERNEL(gc_peer_f32, float)
+GC_PEER_KERNEL(gc_peer_f64, double)
 
 // Eight 16-byte packs in flight per thread (measured 1-5% faster than four
 // on 2xH200; one variant keeps the kernel build short).
@@ -54,6 +68,7 @@ static_assert(sizeof(GcChan) == 16, "GcChan layout");
 static_assert(sizeof(GcChanStatus) == 64, "GcChanStatus layout");
 static_assert(sizeof(GcArgs) == 120, "GcArgs layout");
 static_assert(sizeof(GcDirectArgs) == 112 + 4 * 8 * GC_DIRECT_MAX_RANKS, "GcDirectArgs layout");
+static_assert(sizeof(GcPeerArgs) == 48 + 2 * 8 * GC_DIRECT_MAX_RANKS, "GcPeerArgs layout");
 static_assert(sizeof(GcDirectCtl) == 16, "GcDirectCtl layout");
 static_assert(sizeof(GcFlag) == 16, "GcFlag layout");
 static_assert(sizeof(GcGroupEntry) == 16, "GcGroupEntry layout");

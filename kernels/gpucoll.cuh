@@ -215,3 +215,25 @@ struct GcDirectArgs {
   uint64_t get_data[GC_DIRECT_MAX_RANKS];  // our inbox from peer p (parity 0)
   uint64_t get_flag[GC_DIRECT_MAX_RANKS];  // our GcFlag[MAX_BLOCKS] from peer p (parity 0)
 };
+
+// ------------------------------------------------------- registered buffers
+// Kernel arguments of the peer kernels (gc_peer_*, passed by value): every
+// rank's input and output mapped into this process (peer memory through
+// CUDA IPC, agreed per call by the host; our own at index `rank`). The
+// host hand-shakes with the peers on the stream before and after, so the
+// kernel itself never waits. The collective and root are in `flags` as for
+// the direct kernels (GC_DIRECT_ALL_REDUCE, _REDUCE_SCATTER, _ALL_GATHER,
+// _BROADCAST only), with GC_FLAG_PRE_OP (a scale every rank applies alike,
+// float Avg) and GC_FLAG_POST_OP.
+struct GcPeerArgs {
+  uint64_t count;   // elements: the buffer (all_reduce, broadcast) or one rank's block
+  double scale;     // pre-op factor (floats)
+  uint64_t iscale;  // pre-op factor converted to the integer type (bits)
+  uint64_t div;     // post-op divisor
+  uint32_t nranks;
+  uint32_t rank;
+  uint32_t op;      // GC_OP_*
+  uint32_t flags;
+  uint64_t input[GC_DIRECT_MAX_RANKS];
+  uint64_t output[GC_DIRECT_MAX_RANKS];
+};

@@ -89,18 +89,9 @@ __device__ __forceinline__ void direct_packs(const GcDirectArgs& a, uint64_t own
 #pragma unroll
       for (int u = 0; u < U; u++) x[u] = ld_vol128(reinterpret_cast<const char*>(a.get_data[p] + poff + off) + (k + u * nt) * 16);
     }
-    if (p == 0) {
-#pragma unroll
-      for (int u = 0; u < U; u++) acc[u] = x[u];
-    } else {
-#pragma unroll
-      for (int u = 0; u < U; u++) combine_pack<T, OP>(acc[u], x[u], a.op);
-    }
+    fold_packs<T, OP, U>(acc, x, p, a.op);
   }
-  if (a.flags & GC_FLAG_POST_OP) {
-#pragma unroll
-    for (int u = 0; u < U; u++) div_pack<T>(acc[u], a.div, a.op);
-  }
+  if (a.flags & GC_FLAG_POST_OP) div_packs<T, U>(acc, a.div, a.op);
 #pragma unroll
   for (int u = 0; u < U; u++) *reinterpret_cast<uint4*>(a.output + off + (k + u * nt) * 16) = acc[u];
 }

@@ -167,3 +167,22 @@ __device__ __forceinline__ void div_pack(uint4& x, uint64_t d, uint32_t rop) {
   for (int e = 0; e < E; e++) v[e] = Arith<T>::div(v[e], d, rop);
   memcpy(&x, v, 16);
 }
+
+// Fold U packs of rank p into `acc` in rank order (rank 0's start it).
+template <typename T, uint32_t OP, int U>
+__device__ __forceinline__ void fold_packs(uint4 (&acc)[U], const uint4 (&x)[U], uint32_t p, uint32_t rop) {
+  if (p == 0) {
+#pragma unroll
+    for (int u = 0; u < U; u++) acc[u] = x[u];
+  } else {
+#pragma unroll
+    for (int u = 0; u < U; u++) combine_pack<T, OP>(acc[u], x[u], rop);
+  }
+}
+
+// The post-op division of U packs.
+template <typename T, int U>
+__device__ __forceinline__ void div_packs(uint4 (&acc)[U], uint64_t d, uint32_t rop) {
+#pragma unroll
+  for (int u = 0; u < U; u++) div_pack<T>(acc[u], d, rop);
+}

@@ -428,6 +428,7 @@ fn config_fields(c: &Config) -> Vec<(&'static str, String)> {
         ("GPUCOLL_HOST_SLOT_BYTES", shown(c.host_slot_bytes)),
         ("GPUCOLL_P2P_DISABLE", u8::from(c.p2p_disable).to_string()),
         ("GPUCOLL_CE", c.ce.name().to_string()),
+        ("GPUCOLL_REGISTERED", c.registered.name().to_string()),
         (
             "GPUCOLL_LEGACY_STREAM_ORDER",
             u8::from(c.legacy_stream_order).to_string(),
@@ -445,7 +446,7 @@ fn config_fields(c: &Config) -> Vec<(&'static str, String)> {
     ]
 }
 
-const CONFIG_FIELDS: usize = 12;
+const CONFIG_FIELDS: usize = 13;
 /// Per-rank record of the config exchange: a status word, then one digest per field.
 const CONFIG_RECORD: usize = 8 * (1 + CONFIG_FIELDS);
 

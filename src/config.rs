@@ -91,6 +91,44 @@ pub struct Config {
     /// `auto` (default) where the cost model says they are cheaper, `1`
     /// always, `0` never.
     pub ce: CeMode,
+    /// `GPUCOLL_REGISTERED`: all_reduce, reduce_scatter, all_gather and
+    /// broadcast on one node with a direct path as kernels that read the
+    /// peers' inputs and write straight into their outputs (no FIFO, no
+    /// receive copy): `auto` (default) for calls of at least
+    /// [`REGISTERED_AUTO_MIN_BYTES`] whose buffers every rank registered
+    /// (`Communicator::register`), `1` for every call whose buffers the
+    /// driver can share with the peers, registered or not, `0` never.
+    pub registered: RegisteredMode,
+}
+
+/// Calls moving fewer bytes than this (the tuner's size of the call) keep
+/// their usual kernels under `GPUCOLL_REGISTERED=auto`: below it the host
+/// rendezvous and the two stream hand-shakes cost more than they save.
+pub const REGISTERED_AUTO_MIN_BYTES: u64 = 4 << 20;
+
+/// When collectives run as kernels on the peers' buffers
+/// (`GPUCOLL_REGISTERED`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RegisteredMode {
+    /// Never: every call keeps its plan's kernels.
+    Off,
+    /// Wherever every rank's buffers can be mapped by the peers (device
+    /// allocations the driver can export), at every size.
+    On,
+    /// Where every rank registered its buffers, from
+    /// [`REGISTERED_AUTO_MIN_BYTES`] on.
+    #[default]
+    Auto,
+}
+
+impl RegisteredMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            RegisteredMode::Off => "0",
+            RegisteredMode::On => "1",
+            RegisteredMode::Auto => "auto",
+        }
+    }
 }
 
 /// When copy engines move a collective's data (`GPUCOLL_CE`).
@@ -130,6 +168,7 @@ impl Default for Config {
             p2p_disable: false,
             legacy_stream_order: false,
             ce: CeMode::Auto,
+            registered: RegisteredMode::Auto,
         }
     }
 }
@@ -147,6 +186,15 @@ fn parse_bool(name: &'static str, v: &str) -> Result<bool> {
         "1" | "true" | "yes" | "on" => Ok(true),
         "0" | "false" | "no" | "off" => Ok(false),
         _ => Err(bad(name, v, "expected 0 or 1")),
+    }
+}
+
+/// `auto` (None) or a boolean.
+fn parse_auto(name: &'static str, v: &str) -> Result<Option<bool>> {
+    if v.eq_ignore_ascii_case("auto") {
+        Ok(None)
+    } else {
+        parse_bool(name, v).map(Some)
     }
 }
 
@@ -199,15 +247,17 @@ impl Config {
             );
         }
         if let Some(v) = var("GPUCOLL_CE") {
-            c.ce = match v.to_ascii_lowercase().as_str() {
-                "auto" => CeMode::Auto,
-                other => {
-                    if parse_bool("GPUCOLL_CE", other)? {
-                        CeMode::On
-                    } else {
-                        CeMode::Off
-                    }
-                }
+            c.ce = match parse_auto("GPUCOLL_CE", &v)? {
+                None => CeMode::Auto,
+                Some(true) => CeMode::On,
+                Some(false) => CeMode::Off,
+            };
+        }
+        if let Some(v) = var("GPUCOLL_REGISTERED") {
+            c.registered = match parse_auto("GPUCOLL_REGISTERED", &v)? {
+                None => RegisteredMode::Auto,
+                Some(true) => RegisteredMode::On,
+                Some(false) => RegisteredMode::Off,
             };
         }
         if let Some(v) = var("GPUCOLL_PROTO") {
@@ -320,6 +370,30 @@ mod tests {
         ));
         // Copy engines have their own switch, not an algorithm name.
         assert!(parse(&[("GPUCOLL_ALGO", "ce")]).is_err());
+    }
+
+    #[test]
+    fn registered_mode() {
+        assert_eq!(parse(&[]).unwrap().registered, RegisteredMode::Auto);
+        for (v, m) in [
+            ("0", RegisteredMode::Off),
+            ("1", RegisteredMode::On),
+            ("Auto", RegisteredMode::Auto),
+            ("yes", RegisteredMode::On),
+        ] {
+            assert_eq!(
+                parse(&[("GPUCOLL_REGISTERED", v)]).unwrap().registered,
+                m,
+                "{v}"
+            );
+        }
+        assert!(matches!(
+            parse(&[("GPUCOLL_REGISTERED", "always")]),
+            Err(Error::Config {
+                name: "GPUCOLL_REGISTERED",
+                ..
+            })
+        ));
     }
 
     #[test]

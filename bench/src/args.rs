@@ -74,6 +74,10 @@ pub struct Args {
     pub overlap_iters: Option<u32>,
     /// `--overlap-launches N`: launches in one compute job.
     pub overlap_launches: usize,
+    /// `--register`: register gpucoll's device buffers of each size with
+    /// the peers (`Communicator::register`) before its warmup calls, and
+    /// drop the registrations after the size (run.rs).
+    pub register: bool,
     pub help: bool,
 }
 
@@ -150,6 +154,7 @@ impl Default for Args {
             overlap: false,
             overlap_iters: None,
             overlap_launches: 16,
+            register: false,
             graph_iters: 20,
             help: false,
         }
@@ -220,6 +225,18 @@ Times gpucoll's collectives over a range of message sizes, nccl-tests style.
                             work; default: calibrated at the start to about
                             200 us per launch, printed in the header)
       --overlap-launches N  kernel launches in one compute job (default 16)
+      --register            register gpucoll's input and output device
+                            buffers (in place: the one buffer) of each size
+                            with every peer before its warmup calls
+                            (Communicator::register, every rank alike), keep
+                            them through the timed and checked calls (and
+                            --overlap) and drop them after the size: times
+                            the backend's registered-buffer path, where
+                            all_reduce, reduce_scatter, all_gather and
+                            broadcast run as kernels that read the peers'
+                            inputs and write into their outputs (large calls
+                            under GPUCOLL_REGISTERED=auto, the default).
+                            CUDA backend only; NCCL's buffers are unchanged
   -h, --help                this text
 
 SIZE accepts K, M and G suffixes (powers of 1024). LIST is one name, a
@@ -298,6 +315,7 @@ where
                 "--vs-mpi" => a.vs_mpi = true,
                 "--vs-nccl" => a.vs_nccl = true,
                 "--overlap" => a.overlap = true,
+                "--register" => a.register = true,
                 "-h" | "--help" => a.help = true,
                 _ => return Ok(false),
             }
@@ -704,6 +722,19 @@ mod tests {
         ] {
             assert!(p(bad).is_err(), "accepted: {bad}");
         }
+    }
+
+    #[test]
+    fn register_option() {
+        assert!(!p("").unwrap().register);
+        let a = p("--register --mode all --vs-nccl").unwrap();
+        assert!(a.register && a.vs_nccl);
+        assert_eq!(a.modes.len(), 3);
+        assert!(p("--register --overlap --mode async").unwrap().register);
+        for bad in ["--register=1", "--register=0", "--registered"] {
+            assert!(p(bad).is_err(), "accepted: {bad}");
+        }
+        assert!(USAGE.contains("--register "));
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! `--vs-nccl` times NCCL on the same data in the same run (gpu.rs).
 //! `--overlap` runs each size's collective again while a compute job runs
 //! on another stream (overlap.rs, compute.rs; bench/README.md).
+//! `--register` registers gpucoll's device buffers of each size with the
+//! peers before timing it (register.rs).
 
 mod args;
 mod compute;
@@ -19,6 +21,7 @@ mod nccl;
 mod ncclapi;
 mod overlap;
 mod par;
+mod register;
 mod report;
 mod run;
 mod summary;
@@ -182,6 +185,17 @@ fn bench(world: &Communicator, args: &Args) -> Result<i32, Fail> {
         }
         return Ok(2);
     }
+    if args.register && (!gpu::COMPILED || world.backend_name() != "cuda") {
+        if rank == 0 {
+            eprintln!(
+                "gpucoll-bench: --register needs the CUDA backend (a build with the cuda \
+                 feature, a GPU for every rank): it registers gpucoll's device buffers with the \
+                 peers, but this communicator uses '{}', which has no device buffers",
+                world.backend_name()
+            );
+        }
+        return Ok(2);
+    }
     if args.colls.iter().any(|k| k.rooted()) && args.root >= nranks {
         if rank == 0 {
             eprintln!(
@@ -273,7 +287,7 @@ fn bench(world: &Communicator, args: &Args) -> Result<i32, Fail> {
     };
     ctx.print(&format!(
         "# gpucoll-bench: ranks {}, nodes {}, backend {}, minBytes {}, maxBytes {}, step: {}, \
-         warmup iters: {}, iters: {}, validation: {}, in-place: {}, modes: {}{}{}",
+         warmup iters: {}, iters: {}, validation: {}, in-place: {}, modes: {}{}{}{}",
         nranks,
         world.nnodes(),
         world.backend_name(),
@@ -293,6 +307,7 @@ fn bench(world: &Communicator, args: &Args) -> Result<i32, Fail> {
             .collect::<Vec<_>>()
             .join(","),
         if args.vs_mpi { ", vs-mpi" } else { "" },
+        if args.register { ", registered" } else { "" },
         match &nccl {
             Some(n) => format!(
                 ", vs-nccl (NCCL {} from {}; symmetric windows: {})",
@@ -349,6 +364,9 @@ fn bench(world: &Communicator, args: &Args) -> Result<i32, Fail> {
         None => "# buffers: host memory".to_string(),
     });
 
+    if args.register {
+        ctx.print(&register_note());
+    }
     if let Some(j) = &job {
         ctx.print(&overlap::describe(j, args.overlap_iters.is_some()));
     }
@@ -359,6 +377,22 @@ fn bench(world: &Communicator, args: &Args) -> Result<i32, Fail> {
         }
     }
     summary(&mut ctx, &modes, nccl.as_ref())
+}
+
+/// The header's words on `--register`: what is registered, and the
+/// `GPUCOLL_REGISTERED` in effect (the communicator checks that every rank
+/// has the same).
+fn register_note() -> String {
+    let mode = match std::env::var("GPUCOLL_REGISTERED") {
+        Ok(v) => format!("GPUCOLL_REGISTERED={v}"),
+        Err(_) => "GPUCOLL_REGISTERED unset: auto".to_string(),
+    };
+    format!(
+        "# registered: gpucoll's input and output device buffers of each size (in place: the one \
+         buffer) registered with every peer before its warmup calls, dropped after it; last \
+         column: whether the peers map every rank's buffers directly (yes/no per placement); \
+         NCCL's buffers unchanged; {mode}"
+    )
 }
 
 /// The compute job of `--overlap` on every rank, or a clean exit on every
@@ -385,6 +419,9 @@ fn table(ctx: &mut Ctx<'_>, mode: Mode, kind: CollKind) -> Result<(), Fail> {
     if kind == CollKind::Broadcast && args.placement == Placement::OutOfPlace {
         title.push_str(" (one buffer: timed as in-place)");
     }
+    if args.register {
+        title.push_str(", gpucoll on registered buffers");
+    }
     ctx.print(&title);
     ctx.print(&report::header(
         mode,
@@ -392,6 +429,7 @@ fn table(ctx: &mut Ctx<'_>, mode: Mode, kind: CollKind) -> Result<(), Fail> {
         show_ip,
         args.vs_mpi && mode == Mode::Blocking,
         ctx.nccl.is_some(),
+        args.register,
     ));
     for &dtype in &args.dtypes {
         let ops: Vec<Option<ReduceOp>> = if kind.reduces() {
@@ -531,7 +569,12 @@ fn summary(ctx: &mut Ctx<'_>, modes: &[Mode], nccl: Option<&Nccl>) -> Result<i32
             .cloned()
             .collect();
         let title = format!(
-            "gpucoll{} busbw, {} ranks, backend {}, mode {}",
+            "gpucoll{}{} busbw, {} ranks, backend {}, mode {}",
+            if args.register {
+                " (registered buffers)"
+            } else {
+                ""
+            },
             match &nccl {
                 Some(n) => format!(" vs NCCL {}", n.version_string()),
                 None => String::new(),

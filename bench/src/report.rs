@@ -170,6 +170,45 @@ pub enum MpiMeasure {
     Unsupported,
 }
 
+/// gpucoll's buffers of one row registered with the peers (`--register`):
+/// per placement, whether the peers map every rank's registered buffers
+/// directly (`Registration::is_direct` on every rank; buffers of no bytes
+/// do not count). `None`: that placement did not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Registered {
+    pub out_of_place_direct: Option<bool>,
+    pub in_place_direct: Option<bool>,
+}
+
+impl Registered {
+    /// The figure of one placement.
+    pub fn direct(&self, in_place: bool) -> Option<bool> {
+        if in_place {
+            self.in_place_direct
+        } else {
+            self.out_of_place_direct
+        }
+    }
+
+    /// The table's cell: `yes`/`no` per placement shown, out-of-place
+    /// first, joined by `/`.
+    pub fn cell(&self, show_oop: bool, show_ip: bool) -> String {
+        let yes_no = |d: Option<bool>| match d {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "-",
+        };
+        let mut parts = Vec::new();
+        if show_oop {
+            parts.push(yes_no(self.out_of_place_direct));
+        }
+        if show_ip {
+            parts.push(yes_no(self.in_place_direct));
+        }
+        parts.join("/")
+    }
+}
+
 /// Everything printed on one line.
 #[derive(Debug, Clone)]
 pub struct Row {
@@ -185,6 +224,8 @@ pub struct Row {
     pub in_place: Option<Measure>,
     pub mpi: Option<MpiMeasure>,
     pub nccl: Option<NcclMeasure>,
+    /// `Some` when gpucoll's buffers were registered (`--register`).
+    pub registered: Option<Registered>,
 }
 
 const GROUP_W: usize = 7 + 2 + 6 + 2 + 6 + 2 + 6;
@@ -213,8 +254,19 @@ fn fmt_measure(m: Option<&Measure>, shown: bool) -> String {
 
 const NCCL_W: usize = 7 + 2 + 6 + 2 + 7 + 2 + 6 + 2 + 7 + 2 + 7 + 2 + 7 + 2 + 6 + 2 + 7 + 2 + 7;
 
-/// The three header lines for a table of `mode`.
-pub fn header(mode: Mode, show_oop: bool, show_ip: bool, vs_mpi: bool, vs_nccl: bool) -> String {
+/// Width of the `--register` column.
+const REG_W: usize = 10;
+
+/// The three header lines for a table of `mode`; `registered`: the last
+/// column says whether the peers map gpucoll's registered buffers.
+pub fn header(
+    mode: Mode,
+    show_oop: bool,
+    show_ip: bool,
+    vs_mpi: bool,
+    vs_nccl: bool,
+    registered: bool,
+) -> String {
     let mut l1 = format!("#{:>54}", "");
     let mut l2 = format!(
         "#{:>11}  {:>12}  {:>8}  {:>9}  {:>6}",
@@ -257,6 +309,12 @@ pub fn header(mode: Mode, show_oop: bool, show_ip: bool, vs_mpi: bool, vs_nccl: 
             "  {:>7}  {:>6}  {:>7}  {:>6}  {:>7}  {:>7}  {:>7}  {:>6}  {:>7}  {:>7}",
             "(us)", "(GB/s)", "(us)", "", "gc/nccl", "gc/nccl", "(us)", "", "(us)", "gc/best"
         ));
+    }
+    if registered {
+        l1.push_str(&format!("  {:>w$}", "registered", w = REG_W));
+        l2.push_str(&format!("  {:>w$}", "direct", w = REG_W));
+        let which = if show_oop && show_ip { "(oop/ip)" } else { "" };
+        l3.push_str(&format!("  {which:>w$}", w = REG_W));
     }
     format!("{}\n{}\n{}", l1.trim_end(), l2, l3)
 }
@@ -368,6 +426,9 @@ impl Row {
                 _ => s.push_str(&format!("  {:>w$}", "n/a", w = NCCL_W)),
             }
         }
+        if let Some(r) = &self.registered {
+            s.push_str(&format!("  {:>w$}", r.cell(show_oop, show_ip), w = REG_W));
+        }
         s
     }
 
@@ -405,6 +466,13 @@ impl Row {
                 format!("\"nodes\":{nodes}"),
                 format!("\"backend\":{}", json_str(backend)),
                 format!("\"mode\":{}", json_str(self.mode.name())),
+                format!("\"registered\":{}", self.registered.is_some()),
+                format!(
+                    "\"registered_direct\":{}",
+                    self.registered
+                        .and_then(|r| r.direct(m.in_place))
+                        .map_or("null".to_string(), |d| d.to_string())
+                ),
             ];
             match &self.mpi {
                 Some(MpiMeasure::Time(t)) => {
@@ -617,6 +685,7 @@ mod tests {
                     wrong: Some(0),
                 }),
             }),
+            registered: None,
         }
     }
 
@@ -670,8 +739,8 @@ mod tests {
         assert!(none.format(true, false, false, true).contains("n/a"));
         assert_eq!(NcclMeasure::Unsupported.best(), None);
         // Headers name the mode's NCCL figures.
-        assert!(header(Mode::Graph, true, false, false, true).contains("graph replay"));
-        assert!(header(Mode::Async, true, false, false, true).contains("queued"));
+        assert!(header(Mode::Graph, true, false, false, true, false).contains("graph replay"));
+        assert!(header(Mode::Async, true, false, false, true, false).contains("queued"));
     }
 
     #[test]
@@ -690,6 +759,48 @@ mod tests {
         let cells: Vec<&str> = b[3].split('|').map(str::trim).collect();
         assert_eq!((cells[12], cells[13]), ("16.00", "0.500"));
         assert!(nccl_summary(&rows, Mode::Async).is_empty());
+    }
+
+    #[test]
+    fn registered_rows() {
+        let mut r = nccl_row(Mode::Async, 10.0, None);
+        let plain = r.json_objects(2, 1, "cuda", None);
+        assert!(plain[0].contains("\"registered\":false,\"registered_direct\":null"));
+        let hdr = header(Mode::Async, true, false, false, true, false);
+        assert!(!hdr.contains("registered"));
+        let before = r.format(true, false, false, true);
+        r.in_place = Some(Measure {
+            in_place: true,
+            ..r.out_of_place.clone().unwrap()
+        });
+        r.registered = Some(Registered {
+            out_of_place_direct: Some(true),
+            in_place_direct: Some(false),
+        });
+        // One column more at the end; the others are unchanged.
+        let line = r.format(true, false, false, true);
+        assert!(line.starts_with(before.as_str()), "{line}");
+        assert!(line.ends_with("       yes"), "{line}");
+        assert!(r.format(true, true, false, true).ends_with("    yes/no"));
+        assert!(r.format(false, true, false, false).ends_with("        no"));
+        let hdr = header(Mode::Async, true, true, false, true, true);
+        let lines: Vec<&str> = hdr.lines().collect();
+        assert!(lines[0].ends_with("registered") && lines[1].ends_with("    direct"));
+        assert!(lines[2].ends_with("  (oop/ip)"), "{hdr}");
+        assert!(header(Mode::Blocking, false, true, false, false, true)
+            .lines()
+            .nth(2)
+            .is_some_and(|l| !l.contains("oop")));
+        let js = r.json_objects(2, 1, "cuda", None);
+        assert!(js[0].contains("\"in_place\":false") && js[1].contains("\"in_place\":true"));
+        assert!(js[0].contains("\"registered\":true,\"registered_direct\":true"));
+        assert!(js[1].contains("\"registered\":true,\"registered_direct\":false"));
+        let unknown = Registered {
+            out_of_place_direct: None,
+            in_place_direct: Some(true),
+        };
+        assert_eq!(unknown.cell(true, true), "-/yes");
+        assert_eq!(unknown.direct(false), None);
     }
 
     #[test]
@@ -756,13 +867,14 @@ mod tests {
                 iters: 20,
                 wrong: Some(0),
             }),
+            registered: None,
         };
         assert_eq!(row.ratio(), Some(2.0));
         let (rb, rt) = row.nccl_ratios().unwrap();
         assert!((rb.unwrap() - 0.5).abs() < 1e-12 && (rt.unwrap() - 2.5).abs() < 1e-12);
         let nline = row.format(true, true, false, true);
         assert!(nline.contains("0.500") && nline.contains("2.500") && nline.contains("4.00"));
-        let hdr = header(Mode::Blocking, true, true, false, true);
+        let hdr = header(Mode::Blocking, true, true, false, true, false);
         assert!(hdr.contains("NCCL") && hdr.contains("gc/nccl"));
         assert_eq!(hdr.lines().count(), 3);
         let line = row.format(true, true, true, false);

@@ -6,6 +6,7 @@ use crate::args::{self, Mode};
 use crate::data::{Case, Elem};
 use crate::gpu::{DevBuf, GcGraph, GcStream, Gpu};
 use crate::overlap::{self, GcCall, NcclCall};
+use crate::register::{self, Slot};
 use crate::report::{self, Measure, Row};
 use crate::timing::{self, sum_over_ranks, Queued, Timed, FIRST_SIZE_EXTRA_WARMUP};
 use crate::{vsmpi, vsnccl, Ctx, Fail};
@@ -251,6 +252,7 @@ pub fn run_type<T: Elem>(
             in_place: None,
             mpi: None,
             nccl: None,
+            registered: None,
         };
 
         let (in_len, out_len, ip_len) = (case.input_len(), case.output_len(), case.in_place_len());
@@ -271,6 +273,36 @@ pub fn run_type<T: Elem>(
         let mut d_ip = dev_buf::<T>(gpu, show_ip || nccl.is_some(), ip_len).map_err(fail)?;
         // gpucoll's calls of the row's reference placement, for --overlap.
         let mut gc_call = None;
+        // --register: the buffers gpucoll is given for this size (not the
+        // out-of-place pair that only NCCL uses under --inplace 1),
+        // registered once before the warmup calls and held until the row
+        // is done. The slots depend on the placements only, so every rank
+        // registers the same ones (register.rs).
+        let held = if args.register {
+            let mut slots = Vec::new();
+            if show_oop {
+                slots.push(Slot {
+                    in_place: false,
+                    buf: d_send.as_ref().map(|d| d.raw()),
+                });
+                slots.push(Slot {
+                    in_place: false,
+                    buf: d_recv.as_ref().map(|d| d.raw()),
+                });
+            }
+            if show_ip {
+                slots.push(Slot {
+                    in_place: true,
+                    buf: d_ip.as_ref().map(|d| d.raw()),
+                });
+            }
+            let h = register::register_all(world, &slots)
+                .map_err(|e| fail(format!("--register: {e}")))?;
+            row.registered = Some(h.info);
+            Some(h)
+        } else {
+            None
+        };
 
         // Out of place.
         if show_oop {
@@ -397,6 +429,11 @@ pub fn run_type<T: Elem>(
             ctx.nccl.is_some(),
         ));
         ctx.rows.push(row);
+        // Every call on these buffers has completed (each mode ends with a
+        // synchronize); end the registrations before the buffers go.
+        if let Some(h) = held {
+            h.release();
+        }
     }
     let title = format!(
         "Overlap: {} {} {}, mode {}",

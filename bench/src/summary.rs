@@ -21,10 +21,16 @@ pub fn nccl_summary(rows: &[Row], mode: Mode) -> Vec<String> {
         Mode::Async => "calls queued on one stream, one synchronize",
         Mode::Graph => "calls captured into a CUDA graph, replayed",
     };
+    // --register: gpucoll's rows ran on registered buffers.
+    let registered = if rows.iter().any(|r| r.registered.is_some()) {
+        " on registered buffers (--register)"
+    } else {
+        ""
+    };
     let mut out = vec![
         format!(
-            "# gpucoll vs NCCL, mode {} ({how}; gc = gpucoll out-of-place, in-place for \
-             broadcast; NCCL = best of ordinary and symmetric-window buffers per size; ratios \
+            "# gpucoll vs NCCL, mode {} ({how}; gc = gpucoll{registered} out-of-place, in-place \
+             for broadcast; NCCL = best of ordinary and symmetric-window buffers per size; ratios \
              gc/nccl: busbw ratio < 1 and time ratio > 1 mean NCCL is faster; latency = \
              smallest mean time over sizes <= 1 KiB)",
             mode.name()
@@ -133,6 +139,7 @@ mod tests {
                 iters: 5,
                 wrong: Some(0),
             }),
+            registered: None,
         };
         // The first size is an outlier; 256 B holds the latencies; 1 MiB
         // is not a small message.
@@ -154,5 +161,26 @@ mod tests {
         );
         let geo = (2.0f64 * 1.25 * 2.0).powf(1.0 / 3.0);
         assert_eq!(cells[14], format!("{geo:.3}"));
+        assert!(s[0].contains("(blocking calls; gc = gpucoll out-of-place"));
+        // --register is named in the title, whose mode stays its own word.
+        let reg: Vec<Row> = rows
+            .iter()
+            .cloned()
+            .map(|mut r| {
+                r.registered = Some(crate::report::Registered {
+                    out_of_place_direct: Some(true),
+                    in_place_direct: None,
+                });
+                r
+            })
+            .collect();
+        let s = nccl_summary(&reg, Mode::Blocking);
+        assert!(
+            s[0].starts_with("# gpucoll vs NCCL, mode blocking ("),
+            "{}",
+            s[0]
+        );
+        assert!(s[0].contains("gc = gpucoll on registered buffers (--register) out-of-place"));
+        assert_eq!(s[3], nccl_summary(&rows, Mode::Blocking)[3]);
     }
 }

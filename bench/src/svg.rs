@@ -292,6 +292,7 @@ mod tests {
                 iters: 5,
                 wrong: Some(0),
             }),
+            registered: None,
         }
     }
 

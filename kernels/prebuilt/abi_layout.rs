@@ -11,6 +11,7 @@ const C_STRUCTS: &[(&str, usize, usize)] = &[
     ("GcFlag", 16, 8),
     ("GcDirectCtl", 16, 8),
     ("GcDirectArgs", 368, 8),
+    ("GcPeerArgs", 176, 8),
 ];
 /// (struct, field, offset, size), fields in declaration order
 const C_FIELDS: &[(&str, &str, usize, usize)] = &[
@@ -94,6 +95,16 @@ const C_FIELDS: &[(&str, &str, usize, usize)] = &[
     ("GcDirectArgs", "put_flag", 176, 64),
     ("GcDirectArgs", "get_data", 240, 64),
     ("GcDirectArgs", "get_flag", 304, 64),
+    ("GcPeerArgs", "count", 0, 8),
+    ("GcPeerArgs", "scale", 8, 8),
+    ("GcPeerArgs", "iscale", 16, 8),
+    ("GcPeerArgs", "div", 24, 8),
+    ("GcPeerArgs", "nranks", 32, 4),
+    ("GcPeerArgs", "rank", 36, 4),
+    ("GcPeerArgs", "op", 40, 4),
+    ("GcPeerArgs", "flags", 44, 4),
+    ("GcPeerArgs", "input", 48, 64),
+    ("GcPeerArgs", "output", 112, 64),
 ];
 /// (`#define` name, value)
 const C_CONSTS: &[(&str, u64)] = &[

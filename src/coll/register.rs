@@ -8,6 +8,12 @@
 //! recently used ones. A program cycling through more buffers than that
 //! (a model's gradient buckets, pipeline stages) pays for opening them
 //! again; one that registers them does not.
+//!
+//! Registered buffers also change how the SM kernels move data: once
+//! every rank registered the buffers of an all_reduce, reduce_scatter,
+//! all_gather or broadcast of 4 MiB or more (`GPUCOLL_REGISTERED=auto`),
+//! one kernel reads the peers' inputs and writes straight into their
+//! outputs, with no FIFO and no receive copy.
 
 use super::raw::classify;
 use crate::backend::Registered;
@@ -88,8 +94,12 @@ impl Communicator {
     /// into it never pays for opening it again however many other buffers
     /// came and went (unregistered buffers share a cache of 32 mappings);
     /// [`Registration::is_direct`] says whether peers write into it
-    /// directly. Where the backend maps no peer memory it only checks the
-    /// memory and returns a registration that does nothing.
+    /// directly. When every rank registered the buffers of an all_reduce,
+    /// reduce_scatter, all_gather or broadcast of at least 4 MiB, it runs
+    /// as one kernel reading the peers' inputs and writing into their
+    /// outputs (`GPUCOLL_REGISTERED`, README). Where the backend maps no
+    /// peer memory it only checks the memory and returns a registration
+    /// that does nothing.
     ///
     /// ```no_run
     /// use gpucoll::prelude::*;

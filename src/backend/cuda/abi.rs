@@ -217,7 +217,24 @@ pub(crate) struct GcDirectCtl {
     pub pad: u32,
 }
 
+/// `GcPeerArgs`: the peer kernels' arguments (registered buffers).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct GcPeerArgs {
+    pub count: u64,
+    pub scale: f64,
+    pub iscale: u64,
+    pub div: u64,
+    pub nranks: u32,
+    pub rank: u32,
+    pub op: u32,
+    pub flags: u32,
+    pub input: [u64; DIRECT_RANKS],
+    pub output: [u64; DIRECT_RANKS],
+}
+
 const _: () = assert!(std::mem::size_of::<GcDirectArgs>() == 368);
+const _: () = assert!(std::mem::size_of::<GcPeerArgs>() == 176);
 const _: () = assert!(std::mem::size_of::<GcStep>() == 64);
 const _: () = assert!(std::mem::size_of::<GcConn>() == 64);
 const _: () = assert!(std::mem::size_of::<GcChan>() == 16);
@@ -376,6 +393,21 @@ mod layout_tests {
                     put_flag,
                     get_data,
                     get_flag,
+                }),
+            ),
+            (
+                "GcPeerArgs",
+                rust_layout!(GcPeerArgs {
+                    count,
+                    scale,
+                    iscale,
+                    div,
+                    nranks,
+                    rank,
+                    op,
+                    flags,
+                    input,
+                    output,
                 }),
             ),
         ]

@@ -498,7 +498,7 @@ impl CudaBackend {
             .filter(|&&r| r != rank)
             .map(|&r| (r, a.pids[r]))
             .collect();
-        let ce = CopyEngines::new(ctx.ordinal);
+        let ce = CopyEngines::new(ctx.ordinal, config.registered);
         let inner = Arc::new(Inner {
             ce,
             profile: HostProfile::from_env(),

@@ -1,7 +1,7 @@
 //! Kernel launches: one block of [`THREADS`] threads per channel for the
-//! step interpreter, `grid` blocks for a one-shot all_reduce.
+//! step interpreter, `grid` blocks for a one-shot or a peer kernel.
 
-use super::abi::{GcArgs, GcDirectArgs};
+use super::abi::{GcArgs, GcDirectArgs, GcPeerArgs};
 use super::driver::{self, CUstream};
 use super::module::Kernels;
 use crate::datatype::Datatype;
@@ -55,6 +55,32 @@ pub(super) unsafe fn direct(
     unsafe {
         driver::launch(
             kernels.direct[dtype as usize],
+            grid,
+            THREADS,
+            stream,
+            &mut params,
+        )
+    }
+}
+
+/// Launch the peer kernel of `dtype` (registered buffers) on `grid` blocks.
+///
+/// # Safety
+/// Every buffer in `args` (ours, and the peers' mapped here) stays valid
+/// and mapped until the kernel finished.
+pub(super) unsafe fn peer(
+    kernels: &Kernels,
+    dtype: Datatype,
+    grid: u32,
+    args: &mut GcPeerArgs,
+    stream: CUstream,
+) -> Result<()> {
+    let mut params = [args as *mut GcPeerArgs as *mut c_void];
+    // SAFETY: one GcPeerArgs by value as the kernel expects; the buffers
+    // stay valid and mapped until it finished (this function's contract).
+    unsafe {
+        driver::launch(
+            kernels.peer[dtype as usize],
             grid,
             THREADS,
             stream,

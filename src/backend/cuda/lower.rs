@@ -12,7 +12,7 @@ use super::net::RailJob;
 use crate::backend::shared::validate::{self, plan_error, Limits};
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
-use crate::op::Combine;
+use crate::op::{Combine, Reduction};
 use crate::plan::{BufId, Plan, Region, Step};
 use crate::task::CollKind;
 use crate::tune::{Algorithm, Protocol};
@@ -64,6 +64,10 @@ pub(super) enum Item {
     },
     /// A copy-engine collective: no kernel.
     Copy(Box<CeCall>),
+    /// A call that may run as a peer kernel on registered buffers
+    /// (`ce/peer.rs`), decided at its rendezvous; the item after it is
+    /// the call's own launch, skipped when the peer kernel ran.
+    Peer(Box<PeerCall>),
     /// A communicator of one rank: the collective is a copy of the input
     /// into the output (`(dst, src, bytes)`, coalesced), queued as driver
     /// copies instead of a kernel ([`local_copies`]).
@@ -86,6 +90,70 @@ pub(super) struct CeCall {
     /// In-place all_to_all: room for a copy of the output.
     pub scratch: Mem,
     pub seq: u64,
+}
+
+/// One call as the peer kernels on registered buffers see it (`ce/peer.rs`).
+#[derive(Debug, Clone)]
+pub(super) struct PeerCall {
+    pub kind: CollKind,
+    pub dtype: Datatype,
+    /// Elements of the buffer (all_reduce, broadcast) or of one rank's block.
+    pub count: u64,
+    pub root: usize,
+    pub reduction: Reduction,
+    pub input: Mem,
+    pub output: Mem,
+    pub seq: u64,
+}
+
+impl PeerCall {
+    /// The call of `plan` over `input` and `output`.
+    pub(super) fn new(plan: &Plan, input: Mem, output: Mem, seq: u64) -> PeerCall {
+        let t = &plan.task;
+        PeerCall {
+            kind: t.kind,
+            dtype: t.dtype,
+            count: t.count,
+            root: t.root,
+            reduction: plan.reduction,
+            input,
+            output,
+            seq,
+        }
+    }
+
+    pub(super) fn esize(&self) -> u64 {
+        self.dtype.size() as u64
+    }
+
+    /// What every rank's post must agree on: the collective, root, count,
+    /// datatype and reduction, and that it is a peer call.
+    pub(super) fn digest(&self) -> u64 {
+        let kind = CollKind::ALL
+            .iter()
+            .position(|k| *k == self.kind)
+            .unwrap_or(99) as u64;
+        let op = u64::from(op_code(self.reduction.combine, self.dtype));
+        let mut h: u64 = 0x7065_6572_6b65_726e;
+        for v in [kind, self.root as u64, self.count, self.esize(), op] {
+            for b in v.to_le_bytes() {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+        h
+    }
+
+    /// Elements of (input, output) this rank's buffers must hold.
+    pub(super) fn extents(&self, nranks: usize, me: usize) -> (u64, u64) {
+        let (c, n) = (self.count, nranks as u64);
+        match self.kind {
+            CollKind::ReduceScatter => (c.saturating_mul(n), c),
+            CollKind::AllGather => (c, c.saturating_mul(n)),
+            CollKind::Broadcast if me != self.root => (0, c),
+            _ => (c, c),
+        }
+    }
 }
 
 impl CeCall {
@@ -633,7 +701,7 @@ pub(super) fn group_parts(chans: &[GcChan], items: &[Item]) -> Result<Vec<GroupP
     let mut parts: Vec<GroupPart> = Vec::new();
     for dt in items.iter().filter_map(|i| match i {
         Item::Steps { dtype, .. } => Some(*dtype),
-        Item::Direct { .. } | Item::Copy(_) | Item::Local { .. } => None,
+        Item::Direct { .. } | Item::Copy(_) | Item::Local { .. } | Item::Peer(_) => None,
     }) {
         if parts.iter().any(|p| p.dtype == dt) {
             continue;

@@ -16,6 +16,8 @@ pub(super) struct Kernels {
     pub steps: [CUfunction; 10],
     /// One-shot all_reduce kernels (`gc_direct_ar_*`).
     pub direct: [CUfunction; 10],
+    /// Collectives on registered buffers (`gc_peer_*`).
+    pub peer: [CUfunction; 10],
     /// Unloaded last: the functions above belong to it.
     _module: Module,
 }
@@ -46,11 +48,13 @@ impl Kernels {
         let module = Module::load(bytes)?;
         let mut steps = [std::ptr::null_mut(); 10];
         let mut direct = [std::ptr::null_mut(); 10];
+        let mut peer = [std::ptr::null_mut(); 10];
         for d in Datatype::ALL {
             let k = kernel_dtype(d).rust_name();
             for (name, table) in [
                 (format!("gc_run_{k}"), &mut steps),
                 (format!("gc_direct_ar_{k}"), &mut direct),
+                (format!("gc_peer_{k}"), &mut peer),
             ] {
                 let name = std::ffi::CString::new(name)
                     .map_err(|_| Error::Backend("kernel name".into()))?;
@@ -60,6 +64,7 @@ impl Kernels {
         Ok(Kernels {
             steps,
             direct,
+            peer,
             _module: module,
         })
     }

@@ -7,7 +7,9 @@ use super::cache::Resources;
 
 use super::driver::{self, CUstream, Capture};
 use super::launch;
-use super::lower::{group_rail_order, local_copies, runs_as_oneshot, CeCall, Item, Lowered, Mem};
+use super::lower::{
+    group_rail_order, local_copies, runs_as_oneshot, CeCall, Item, Lowered, Mem, PeerCall,
+};
 use super::memory::{bind, DevMem};
 use super::order::{stream_mode, Order};
 use super::pending::CudaPending;
@@ -159,9 +161,23 @@ impl Inner {
             lowered.items.clear();
         }
         let last = lowered.items.len().saturating_sub(1);
+        // Set when a peer kernel ran: the fallback after it is skipped.
+        let mut skip = false;
         for (k, item) in lowered.items.into_iter().enumerate() {
+            if std::mem::take(&mut skip) {
+                continue;
+            }
             let tell = notify && k == last;
             match item {
+                Item::Peer(call) => {
+                    // Its fallback is the next item: the last one, when
+                    // the peer kernel is the call's end.
+                    let tell = notify && k + 1 == last;
+                    skip = self.run_peer(&call, stream, captured, tell)?;
+                    if skip && tell {
+                        tag = Some(call.seq + 1);
+                    }
+                }
                 Item::Steps {
                     nchans,
                     mut args,
@@ -256,19 +272,7 @@ impl Inner {
             let esize = plan.task.dtype.size() as u64;
             let (input, output) = self.resolve(&bp.input, &bp.output, seq, res)?;
             if plan.algorithm == Algorithm::CopyEngine && !group && target.direct_path() {
-                let scratch = if plan.scratch_elems > 0 {
-                    let b = usize::try_from(plan.scratch_elems.saturating_mul(esize))
-                        .map_err(|_| Error::CountTooLarge(plan.scratch_elems))?;
-                    let m = DevMem::alloc(b)?;
-                    let s = Mem {
-                        addr: m.ptr,
-                        elems: plan.scratch_elems,
-                    };
-                    res.mems.push(m);
-                    s
-                } else {
-                    Mem::default()
-                };
+                let scratch = scratch(plan.scratch_elems, esize, res)?;
                 let t = &plan.task;
                 lowered.items.push(Item::Copy(Box::new(CeCall {
                     kind: t.kind,
@@ -291,30 +295,46 @@ impl Inner {
                     continue;
                 }
             }
+            // Registered buffers: the peer kernel, decided at the
+            // rendezvous; the plan's own launch follows it as the fallback.
+            let at = lowered.items.len();
+            let peer = self
+                .peer_asks(plan, group)
+                .then(|| PeerCall::new(plan, input, output, seq));
             if runs_as_oneshot(plan, group, target.direct_path(), seq)? {
                 lowered
                     .items
                     .push(target.oneshot(plan, input, output, seq)?);
-                continue;
-            }
-            let scratch = if plan.scratch_elems > 0 {
-                let b = plan
-                    .scratch_elems
-                    .checked_mul(esize)
-                    .and_then(|b| usize::try_from(b).ok())
-                    .ok_or(Error::CountTooLarge(plan.scratch_elems))?;
-                let m = DevMem::alloc(b)?;
-                let s = Mem {
-                    addr: m.ptr,
-                    elems: plan.scratch_elems,
-                };
-                res.mems.push(m);
-                s
             } else {
-                Mem::default()
-            };
-            target.lower_steps(plan, [input, output, scratch], seq, group, &mut lowered)?;
+                let scratch = scratch(plan.scratch_elems, esize, res)?;
+                target.lower_steps(plan, [input, output, scratch], seq, group, &mut lowered)?;
+            }
+            if let Some(call) = peer {
+                if lowered.items.len() != at + 1 {
+                    return Err(Error::Backend(format!(
+                        "collective #{seq}: {} launches lowered where one was expected",
+                        lowered.items.len() - at
+                    )));
+                }
+                lowered.items.insert(at, Item::Peer(Box::new(call)));
+            }
         }
         Ok(lowered)
     }
+}
+
+/// Device scratch of `elems` elements of `esize` bytes, kept in `res`
+/// until the work completed (none for 0 elements).
+fn scratch(elems: u64, esize: u64, res: &mut Resources) -> Result<Mem> {
+    if elems == 0 {
+        return Ok(Mem::default());
+    }
+    let bytes = elems
+        .checked_mul(esize)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or(Error::CountTooLarge(elems))?;
+    let m = DevMem::alloc(bytes)?;
+    let s = Mem { addr: m.ptr, elems };
+    res.mems.push(m);
+    Ok(s)
 }

@@ -35,8 +35,14 @@ pub(crate) const READY_OFF: usize = STATUS_END;
 pub(crate) const DONE_OFF: usize = READY_OFF + 64;
 /// Two slots of [`Post`].
 const BOARD_OFF: usize = DONE_OFF + 64;
-const SLOT_BYTES: usize = 128;
-const WORDS: usize = 7 + HANDLE_WORDS;
+const SLOT_BYTES: usize = 256;
+/// A slot's words: 0 the tag, 1 the digest, 2 the sequence number, then
+/// the receive target and the source target (a flag word, buffer ID,
+/// offset, allocation bytes and the handle each).
+const WORDS: usize = TARGET_AT + 2 * TARGET_WORDS;
+const TARGET_AT: usize = 3;
+const SOURCE_AT: usize = TARGET_AT + TARGET_WORDS;
+const TARGET_WORDS: usize = 4 + HANDLE_WORDS;
 const HANDLE_WORDS: usize = 8;
 const _: () = assert!(WORDS * 8 <= SLOT_BYTES);
 const _: () = assert!(BOARD_OFF + 2 * SLOT_BYTES <= CONTROL_BYTES);
@@ -75,6 +81,9 @@ pub(crate) struct Post {
     pub digest: u64,
     /// Where peers push: `None` when nobody pushes into this rank.
     pub target: Option<Target>,
+    /// Where peers read this rank's input (the peer kernels on registered
+    /// buffers): `None` when nobody reads it.
+    pub source: Option<Target>,
 }
 
 /// A receive buffer as peers find it: the IPC handle of its allocation
@@ -98,19 +107,21 @@ pub(crate) fn publish(own: &Mapping, post: &Post) {
     let s = slot(post.number);
     let w = |i: usize| own.word(s + 8 * i);
     w(1).store(post.digest, Ordering::Relaxed);
-    w(14).store(post.seq, Ordering::Relaxed);
-    match &post.target {
-        Some(t) => {
-            w(2).store(1, Ordering::Relaxed);
-            w(3).store(t.buffer_id, Ordering::Relaxed);
-            w(4).store(t.offset, Ordering::Relaxed);
-            w(5).store(t.alloc_bytes, Ordering::Relaxed);
-            for (i, chunk) in t.handle.chunks_exact(8).enumerate() {
-                let v = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
-                w(6 + i).store(v, Ordering::Relaxed);
+    w(2).store(post.seq, Ordering::Relaxed);
+    for (at, t) in [(TARGET_AT, &post.target), (SOURCE_AT, &post.source)] {
+        match t {
+            Some(t) => {
+                w(at).store(1, Ordering::Relaxed);
+                w(at + 1).store(t.buffer_id, Ordering::Relaxed);
+                w(at + 2).store(t.offset, Ordering::Relaxed);
+                w(at + 3).store(t.alloc_bytes, Ordering::Relaxed);
+                for (i, chunk) in t.handle.chunks_exact(8).enumerate() {
+                    let v = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
+                    w(at + 4 + i).store(v, Ordering::Relaxed);
+                }
             }
+            None => w(at).store(0, Ordering::Relaxed),
         }
-        None => w(2).store(0, Ordering::Relaxed),
     }
     // Published last: readers that see the tag see the rest.
     w(0).store(post.number + 1, Ordering::Release);
@@ -126,23 +137,26 @@ pub(crate) fn read(peer: &Mapping, call: u64) -> Option<Post> {
     if tag == 0 {
         return None;
     }
-    let target = (w(2).load(Ordering::Relaxed) == 1).then(|| {
-        let mut handle = [0u8; 64];
-        for (i, chunk) in handle.chunks_exact_mut(8).enumerate() {
-            chunk.copy_from_slice(&w(6 + i).load(Ordering::Relaxed).to_le_bytes());
-        }
-        Target {
-            buffer_id: w(3).load(Ordering::Relaxed),
-            offset: w(4).load(Ordering::Relaxed),
-            alloc_bytes: w(5).load(Ordering::Relaxed),
-            handle,
-        }
-    });
+    let target_at = |at: usize| {
+        (w(at).load(Ordering::Relaxed) == 1).then(|| {
+            let mut handle = [0u8; 64];
+            for (i, chunk) in handle.chunks_exact_mut(8).enumerate() {
+                chunk.copy_from_slice(&w(at + 4 + i).load(Ordering::Relaxed).to_le_bytes());
+            }
+            Target {
+                buffer_id: w(at + 1).load(Ordering::Relaxed),
+                offset: w(at + 2).load(Ordering::Relaxed),
+                alloc_bytes: w(at + 3).load(Ordering::Relaxed),
+                handle,
+            }
+        })
+    };
     Some(Post {
         number: tag - 1,
-        seq: w(14).load(Ordering::Relaxed),
+        seq: w(2).load(Ordering::Relaxed),
         digest: w(1).load(Ordering::Relaxed),
-        target,
+        target: target_at(TARGET_AT),
+        source: target_at(SOURCE_AT),
     })
 }
 
@@ -167,6 +181,7 @@ mod tests {
             seq: 10,
             digest: 0xabc,
             target: Some(t),
+            source: None,
         };
         publish(&m, &a);
         assert_eq!(read(&m, 0), Some(a));
@@ -176,6 +191,7 @@ mod tests {
             seq: 12,
             digest: 0xdef,
             target: None,
+            source: Some(Target { offset: 8, ..t }),
         };
         publish(&m, &b);
         assert_eq!(read(&m, 1), Some(b));

@@ -36,25 +36,41 @@
 //! Registration (`register.rs`) is a copy-engine call without copies: it
 //! posts a buffer and opens the peers' for as long as it lives.
 //!
+//! The peer kernels (`peer.rs`) share this machinery: all_reduce,
+//! reduce_scatter, all_gather and broadcast on buffers every rank posted
+//! (input and output) run as one kernel reading the peers' inputs and
+//! writing their outputs, between the same two stream hand-shakes.
+//!
 //! When a call cannot complete (a failure of the node, a timeout), the
 //! waits are released by the host storing into the flags
 //! (`Inner::ce_release`, `run.rs`), and the communicator is failed.
 
 mod board;
+mod peer;
 mod register;
 mod registry;
 mod run;
 mod schedule;
 
 use super::handles::{Event, Stream};
+use crate::config::RegisteredMode;
 use registry::Registry;
-use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::Mutex;
 
 /// The copy-engine state of one communicator.
 pub(super) struct CopyEngines {
     /// Whether any call ran: only then do failures release the flags.
     used: AtomicBool,
+    /// Whether a registration ever completed on this communicator (the
+    /// same on every rank: registration is collective): under
+    /// `GPUCOLL_REGISTERED=auto` only then do calls look for registered
+    /// buffers (`peer.rs`).
+    registered_ever: AtomicBool,
+    /// `GPUCOLL_REGISTERED` (agreed across ranks).
+    peer_mode: RegisteredMode,
+    /// Calls the peer kernels ran (the first is logged at info).
+    peer_calls: AtomicU64,
     /// Batch copies allowed (`GPUCOLL_CE_BATCH`, default on; off after
     /// the driver refused one).
     batch: AtomicBool,
@@ -76,10 +92,13 @@ pub(super) struct State {
 
 impl CopyEngines {
     /// Nothing set up yet, for a backend on GPU `device`.
-    pub(super) fn new(device: i32) -> CopyEngines {
+    pub(super) fn new(device: i32, peer_mode: RegisteredMode) -> CopyEngines {
         let batch = std::env::var("GPUCOLL_CE_BATCH").ok().as_deref() != Some("0");
         CopyEngines {
             used: AtomicBool::new(false),
+            registered_ever: AtomicBool::new(false),
+            peer_mode,
+            peer_calls: AtomicU64::new(0),
             batch: AtomicBool::new(batch),
             batch_refusals: AtomicU32::new(0),
             state: Mutex::new(State {

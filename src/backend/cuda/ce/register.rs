@@ -19,6 +19,7 @@ use super::board::{self, Post, Target};
 use crate::backend::Registered;
 use crate::buffer::{MemoryKind, RawBuffer};
 use crate::error::{Error, Result};
+use std::sync::atomic::Ordering;
 
 /// The digest a registration posts (no collective hashes to it: theirs
 /// start from the FNV offset basis).
@@ -78,6 +79,7 @@ impl Inner {
             seq,
             digest: DIGEST,
             target,
+            source: None,
         };
         board::publish(self.own().as_ref(), &post);
         // A rendezvous that fails leaves the peers' calls out of step:
@@ -85,6 +87,10 @@ impl Inner {
         let posts = self.await_posts(&post).inspect_err(|e| {
             self.mark_failed(e.to_string());
         })?;
+        // Every rank got here for this registration (the rendezvous
+        // matched it): from now on each considers the peer kernels for
+        // registered buffers (`peer.rs`), alike.
+        self.ce.registered_ever.store(true, Ordering::Release);
         if let Some(reason) = refused {
             return Err(Error::WrongMemory(reason));
         }
@@ -97,6 +103,9 @@ impl Inner {
         if let Err(e) = opened {
             st.registry.deregister(number);
             return Err(e);
+        }
+        if let Some(t) = &target {
+            st.registry.register_own(number, t.buffer_id);
         }
         // Mappings registrations left behind age out here too, once the
         // work queued so far (on any stream: `before` joins the last one

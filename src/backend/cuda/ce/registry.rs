@@ -116,6 +116,8 @@ pub(crate) struct Registry {
     retired: Vec<(Handle, Event)>,
     /// The mappings each live registration holds, by its id.
     registrations: HashMap<u64, Vec<(usize, Handle)>>,
+    /// Our own allocations (buffer IDs) of the live registrations, by id.
+    own: HashMap<u64, u64>,
 }
 
 impl Registry {
@@ -128,6 +130,7 @@ impl Registry {
             clock: 0,
             retired: Vec::new(),
             registrations: HashMap::new(),
+            own: HashMap::new(),
         }
     }
 
@@ -203,10 +206,21 @@ impl Registry {
         Ok(())
     }
 
+    /// Registration `id` registered our allocation `buffer_id`.
+    pub(crate) fn register_own(&mut self, id: u64, buffer_id: u64) {
+        self.own.insert(id, buffer_id);
+    }
+
+    /// Whether a live registration of this rank holds allocation `buffer_id`.
+    pub(crate) fn is_registered(&self, buffer_id: u64) -> bool {
+        self.own.values().any(|b| *b == buffer_id)
+    }
+
     /// Registration `id` ended: its mappings go back to the cache, as
     /// used now (evicted later by the limits, not at once: a buffer
     /// registered again soon is not opened again).
     pub(crate) fn deregister(&mut self, id: u64) {
+        self.own.remove(&id);
         for key in self.registrations.remove(&id).unwrap_or_default() {
             if let Some(m) = self.maps.get_mut(&key) {
                 m.regs = m.regs.saturating_sub(1);

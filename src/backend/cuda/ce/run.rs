@@ -112,6 +112,7 @@ impl Inner {
             seq: call.seq,
             digest: call.digest(),
             target,
+            source: None,
         };
         board::publish(self.own().as_ref(), &post);
         self.queue_ce(
@@ -156,11 +157,10 @@ impl Inner {
             "copy-engine collective"
         );
 
-        // 2-4. The stream's part. SAFETY (every block below): the flags
-        // live in the node's control segments, mapped and registered for
-        // the backend's life; the buffers stay valid until the work
-        // completed (Backend::submit), peers' outputs are mapped by the
-        // registry until that work is done (eviction waits for an event).
+        // 2-4. The stream's part. SAFETY (every block below): the buffers
+        // stay valid until the work completed (Backend::submit), peers'
+        // outputs are mapped by the registry until that work is done
+        // (eviction waits for an event).
         if sched.stage_output {
             unsafe {
                 driver::memcpy_dtod_async(
@@ -171,15 +171,12 @@ impl Inner {
                 )?
             };
         }
-        for &p in &sched.receives_from {
-            let flag = self.segs[p].dev_at(board::ready_flag(me))?;
-            unsafe { driver::stream_write_u32(stream, flag, 1)? };
-        }
-        for &p in &sched.sends_to {
-            let flag = self.own().dev_at(board::ready_flag(p))?;
-            unsafe { driver::stream_wait_geq_u32(stream, flag, 1)? };
-            unsafe { driver::stream_write_u32(stream, flag, 0)? };
-        }
+        self.hand_shake(
+            stream,
+            board::ready_flag,
+            &sched.receives_from,
+            &sched.sends_to,
+        )?;
         let mut copies = Vec::with_capacity(sched.copies.len());
         for c in &sched.copies {
             let src = match c.source {
@@ -196,15 +193,12 @@ impl Inner {
             }
         }
         self.queue_copies(st, &copies, stream, captured)?;
-        for &p in &sched.sends_to {
-            let flag = self.segs[p].dev_at(board::done_flag(me))?;
-            unsafe { driver::stream_write_u32(stream, flag, 1)? };
-        }
-        for &p in &sched.receives_from {
-            let flag = self.own().dev_at(board::done_flag(p))?;
-            unsafe { driver::stream_wait_geq_u32(stream, flag, 1)? };
-            unsafe { driver::stream_write_u32(stream, flag, 0)? };
-        }
+        self.hand_shake(
+            stream,
+            board::done_flag,
+            &sched.sends_to,
+            &sched.receives_from,
+        )?;
         if let Some(b) = bounce {
             for (off, bytes) in incoming(call.kind, n, me, call.root, block, call.in_place) {
                 unsafe {
@@ -218,11 +212,45 @@ impl Inner {
             }
         }
         if notify {
-            let done = self.target.status
-                + std::mem::offset_of!(super::super::abi::GcChanStatus, done) as u64;
-            unsafe { driver::stream_write_u64(stream, done, call.seq + 1)? };
+            self.notify_done(stream, call.seq)?;
         }
         Ok(())
+    }
+
+    /// Queue one hand-shake on `stream`: raise flag `flag` (ours, in
+    /// their segments) for every rank of `raise`, then wait for the flag
+    /// of every rank of `wait` in our segment and reset it (see
+    /// `board.rs`: a flag rises again only after a causal chain through
+    /// the reset).
+    pub(super) fn hand_shake(
+        &self,
+        stream: CUstream,
+        flag: fn(usize) -> usize,
+        raise: &[usize],
+        wait: &[usize],
+    ) -> Result<()> {
+        // SAFETY (each block): the flags live in the node's control
+        // segments, mapped and registered with CUDA for the backend's life.
+        for &p in raise {
+            let word = self.segs[p].dev_at(flag(self.rank))?;
+            unsafe { driver::stream_write_u32(stream, word, 1)? };
+        }
+        for &p in wait {
+            let word = self.own().dev_at(flag(p))?;
+            unsafe { driver::stream_wait_geq_u32(stream, word, 1)? };
+            unsafe { driver::stream_write_u32(stream, word, 0)? };
+        }
+        Ok(())
+    }
+
+    /// Store `seq + 1` into channel 0's done word when `stream` gets here
+    /// (a blocking call's end, as its last kernel would store it).
+    pub(super) fn notify_done(&self, stream: CUstream, seq: u64) -> Result<()> {
+        let done =
+            self.target.status + std::mem::offset_of!(super::super::abi::GcChanStatus, done) as u64;
+        // SAFETY: the status word lives in our control segment, mapped for
+        // the backend's life.
+        unsafe { driver::stream_write_u64(stream, done, seq + 1) }
     }
 
     /// The buffers hold what the schedule reads and writes.

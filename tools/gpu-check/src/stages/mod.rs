@@ -10,6 +10,7 @@ mod interop;
 mod oom;
 mod raw;
 mod register;
+mod registered;
 mod soak;
 mod timeout;
 
@@ -24,6 +25,7 @@ use interop::stage_interop;
 use oom::stage_oom;
 use raw::stage_raw;
 use register::stage_register;
+use registered::stage_registered;
 use soak::stage_soak;
 use std::ffi::c_void;
 use std::fmt::Write as _;
@@ -114,6 +116,7 @@ pub(crate) fn run_stage(
         "churn" => stage_churn(world, log),
         "ce_churn" => stage_ce_churn(world, log),
         "register" => stage_register(world, log),
+        "registered" => stage_registered(world, log),
         "ce_mixed" => stage_ce_mixed(world, log),
         "soak" => stage_soak(world, log),
         "oom" => stage_oom(world, log),

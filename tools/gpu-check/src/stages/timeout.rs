@@ -1,5 +1,6 @@
 //! `--stage timeout`: a rank skips an all_reduce (an all_gather with
-//! `GPU_TIMEOUT_CE=1`, run with `GPUCOLL_CE=1`: a copy-engine collective);
+//! `GPU_TIMEOUT_CE=1`, run with `GPUCOLL_CE=1`: a copy-engine collective;
+//! with `GPUCOLL_REGISTERED=1` the all_reduce asks for the peer kernels);
 //! every rank must get an error within the timeout and exit.
 
 use super::sum_raw;
@@ -35,6 +36,8 @@ pub(crate) fn stage_timeout(
     let dup = world.duplicate()?;
     let count = 262_144usize;
     let ce = std::env::var("GPU_TIMEOUT_CE").ok().as_deref() == Some("1");
+    // Peer kernels (GPUCOLL_REGISTERED=1) meet on the host when queued too.
+    let host_rendezvous = ce || std::env::var("GPUCOLL_REGISTERED").ok().as_deref() == Some("1");
     let din = DeviceBuffer::from_host(gpu, &vec![1f32; count])?;
     let out_len = if ce { count * n } else { count };
     let mut dout = DeviceBuffer::<f32>::zeroed(gpu, out_len)?;
@@ -127,9 +130,12 @@ pub(crate) fn stage_timeout(
     if rank != 1 {
         let t = Instant::now();
         match call(world, &mut dout, Some(stream.raw())) {
-            // A copy-engine collective meets its peers on the host when it
-            // is queued: the queuing call itself times out.
-            Err(e) if ce => fails += judge("queuing the stream all_gather", Err(e), t, false, log),
+            // A copy-engine collective, and a call that asks for the peer
+            // kernels, meet their peers on the host when queued: the
+            // queuing call itself times out.
+            Err(e) if host_rendezvous => {
+                fails += judge(&format!("queuing the stream {what}"), Err(e), t, false, log)
+            }
             Err(e) => {
                 fails += 1;
                 let _ = writeln!(
