@@ -340,14 +340,35 @@ impl Communicator {
     /// # Ok::<(), gpucoll::Error>(())
     /// ```
     pub fn duplicate(&self) -> Result<Communicator> {
+        self.duplicate_with(self.inner_checked()?.config.clone())
+    }
+
+    /// As [`duplicate`](Self::duplicate), with `config` instead of this
+    /// communicator's settings (collective): for example one communicator
+    /// with an algorithm forced beside the automatic one, or other
+    /// simulated nodes. Every rank must pass the same settings (they are
+    /// compared, as the variables are).
+    ///
+    /// ```no_run
+    /// let universe = gpucoll::initialize()?;
+    /// let world = universe.world()?;
+    /// let ring = gpucoll::Config::from_lookup(|name| match name {
+    ///     "GPUCOLL_ALGO" => Some("ring".into()),
+    ///     other => std::env::var(other).ok(),
+    /// })?;
+    /// let forced = world.duplicate_with(ring)?;
+    /// assert_eq!(forced.size(), world.size());
+    /// # Ok::<(), gpucoll::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::CommunicatorFreed`] if this communicator was freed,
+    /// [`Error::Config`] when the ranks' settings differ, and what creating
+    /// a communicator can return.
+    pub fn duplicate_with(&self, config: Config) -> Result<Communicator> {
         let inner = self.inner_checked()?;
         let mpi = inner.mpi.dup()?;
-        create_on(
-            inner.runtime.clone(),
-            mpi,
-            self.device(),
-            Ok(inner.config.clone()),
-        )
+        create_on(inner.runtime.clone(), mpi, self.device(), Ok(config))
     }
 
     /// Mark the communicator freed: every later collective (on any clone)

@@ -1451,6 +1451,35 @@ fn scenario_split_dup(world: &Communicator) -> std::result::Result<(), String> {
         check_exact(&format!("dup/world interleaved #{i}"), &got, &e, &mut fails);
     }
     sub_collectives(&dup, "duplicate", &mut fails);
+    // duplicate_with: other settings on the same ranks (here a forced tree
+    // across two simulated nodes), the parent's unchanged.
+    let forced = ok(
+        gpucoll::Config::from_lookup(|var| match var {
+            "GPUCOLL_ALGO" => Some("tree".into()),
+            "GPUCOLL_SIM_NODES" => Some("2".into()),
+            other => std::env::var(other).ok(),
+        }),
+        "config",
+    );
+    let tree = ok(world.duplicate_with(forced.clone()), "duplicate_with");
+    if tree.config() != &forced || tree.rank() != rank || tree.size() != n {
+        fails.push("duplicate_with: settings, rank or size differ from what was asked".into());
+    }
+    if world.config().algo.is_some() && std::env::var("GPUCOLL_ALGO").is_err() {
+        fails.push("duplicate_with changed the parent's settings".into());
+    }
+    if n >= 2 && tree.nnodes() != 2 {
+        fails.push(format!(
+            "duplicate_with GPUCOLL_SIM_NODES=2: {} nodes",
+            tree.nnodes()
+        ));
+    }
+    sub_collectives(
+        &tree,
+        "duplicate_with tree on 2 simulated nodes",
+        &mut fails,
+    );
+    drop(tree);
     let dup2 = ok(sub.duplicate(), "duplicate of a split");
     sub_collectives(&dup2, "duplicate of split", &mut fails);
 

@@ -78,6 +78,11 @@ pub struct Args {
     /// the peers (`Communicator::register`) before its warmup calls, and
     /// drop the registrations after the size (run.rs).
     pub register: bool,
+    /// `--algos LIST`: compare the automatic choice with forced algorithms
+    /// in one job, interleaved (algos.rs); empty: the ordinary tables.
+    pub algos: Vec<String>,
+    /// `--algo-rounds N`: rounds per size of `--algos`.
+    pub algo_rounds: usize,
     pub help: bool,
 }
 
@@ -155,6 +160,8 @@ impl Default for Args {
             overlap_iters: None,
             overlap_launches: 16,
             register: false,
+            algos: Vec::new(),
+            algo_rounds: 3,
             graph_iters: 20,
             help: false,
         }
@@ -237,6 +244,17 @@ Times gpucoll's collectives over a range of message sizes, nccl-tests style.
                             inputs and write into their outputs (large calls
                             under GPUCOLL_REGISTERED=auto, the default).
                             CUDA backend only; NCCL's buffers are unchanged
+      --algos LIST          instead of the tables above: the automatic choice
+                            against forced algorithms in one job. LIST is
+                            auto and GPUCOLL_ALGO values (ring, tree,
+                            direct, oneshot, collnet), e.g. auto,ring,tree;
+                            each gets a communicator of its own (the world's
+                            duplicate with that GPUCOLL_ALGO) and, per size,
+                            every round times each entry in turn, so drift
+                            between runs falls on all alike. Blocking, out
+                            of place; time = median of the rounds; each
+                            result checked; with --vs-mpi MPI's own beside
+      --algo-rounds N       rounds per size of --algos (default 3)
   -h, --help                this text
 
 SIZE accepts K, M and G suffixes (powers of 1024). LIST is one name, a
@@ -244,6 +262,40 @@ comma-separated list, or all. Size is the largest buffer of a rank, in bytes:
 the vector for all_reduce, reduce and broadcast (count = size / elem); the
 whole gathered or scattered buffer for all_gather, reduce_scatter, all_to_all,
 gather and scatter (count = size / (elem * ranks) elements per rank block).";
+
+impl Args {
+    /// The ops a table of `kind` runs for `dtype`: every `--op` that
+    /// applies to it (`-o all` pairs the integer-only ops with integer
+    /// types only), or one `None` for a collective that does not reduce.
+    pub fn ops_for(&self, kind: CollKind, dtype: Datatype) -> Vec<Option<ReduceOp>> {
+        if kind.reduces() {
+            let ops = self.ops.iter().copied();
+            ops.filter(|op| op.applies_to(dtype)).map(Some).collect()
+        } else {
+            vec![None]
+        }
+    }
+}
+
+/// `--algos`: `auto` and `GPUCOLL_ALGO` values, each once, judged by the
+/// library's own parser of that variable.
+fn parse_algos(value: &str) -> Result<Vec<String>, String> {
+    let mut out: Vec<String> = Vec::new();
+    for name in value.split(',').map(|s| s.trim().to_ascii_lowercase()) {
+        if name.is_empty() {
+            return Err(format!("--algos: empty entry in {value:?}"));
+        }
+        if name != "auto" {
+            gpucoll::Config::from_lookup(|v| (v == "GPUCOLL_ALGO").then(|| name.clone()))
+                .map_err(|e| format!("--algos: {e}"))?;
+        }
+        if out.contains(&name) {
+            return Err(format!("--algos: {name} is listed twice"));
+        }
+        out.push(name);
+    }
+    Ok(out)
+}
 
 /// Parse a byte size such as `8`, `64K`, `1M`, `2G` (powers of 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {
@@ -361,6 +413,8 @@ where
             "--ce",
             "--overlap-iters",
             "--overlap-launches",
+            "--algos",
+            "--algo-rounds",
         ];
         if !known.contains(&key.as_str()) {
             return Err(format!("unknown option '{arg}'"));
@@ -469,6 +523,13 @@ where
                 a.overlap_iters = Some(n);
             }
             "--overlap-launches" => a.overlap_launches = parse_num(&key, &value)?,
+            "--algos" => a.algos = parse_algos(&value)?,
+            "--algo-rounds" => {
+                a.algo_rounds = parse_num(&key, &value)?;
+                if a.algo_rounds == 0 {
+                    return Err("--algo-rounds must be at least 1".into());
+                }
+            }
             "--nccl-lib" => {
                 if value.is_empty() {
                     return Err("--nccl-lib needs a file name".into());
@@ -722,6 +783,26 @@ mod tests {
         ] {
             assert!(p(bad).is_err(), "accepted: {bad}");
         }
+    }
+
+    #[test]
+    fn algos_option() {
+        let a = p("--algos auto,ring,tree,collnet --algo-rounds 5").unwrap();
+        assert_eq!(a.algos, ["auto", "ring", "tree", "collnet"]);
+        assert_eq!(a.algo_rounds, 5);
+        assert!(p("").unwrap().algos.is_empty());
+        assert_eq!(p("").unwrap().algo_rounds, 3);
+        assert_eq!(p("--algos=Ring").unwrap().algos, ["ring"]);
+        for bad in [
+            "--algos bogus",
+            "--algos ring,,tree",
+            "--algos ring,ring",
+            "--algos",
+            "--algo-rounds 0",
+        ] {
+            assert!(p(bad).is_err(), "{bad}");
+        }
+        assert!(USAGE.contains("--algos LIST"));
     }
 
     #[test]

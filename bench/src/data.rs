@@ -137,6 +137,26 @@ pub struct Case {
 }
 
 impl Case {
+    /// A table's call of `count` elements on `rank` of `nranks`: `op` (sum
+    /// for collectives that do not reduce, which ignore it) and `--root`
+    /// for rooted collectives.
+    pub fn of_table(
+        kind: CollKind,
+        op: Option<ReduceOp>,
+        count: usize,
+        (rank, nranks): (usize, usize),
+        root: usize,
+    ) -> Case {
+        Case {
+            kind,
+            op: op.unwrap_or(ReduceOp::Sum),
+            count,
+            nranks,
+            rank,
+            root: if kind.rooted() { root } else { 0 },
+        }
+    }
+
     pub fn is_root(&self) -> bool {
         self.rank == self.root
     }

@@ -12,6 +12,56 @@
 //! `--register` registers gpucoll's device buffers of each size with the
 //! peers before timing it (register.rs).
 
+/// `$body` with the type name `$t` standing for the element type of the
+/// `Datatype` `$dtype` (every table runs generic code per datatype).
+macro_rules! with_elem_type {
+    ($dtype:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            gpucoll::Datatype::I8 => {
+                type $t = i8;
+                $body
+            }
+            gpucoll::Datatype::U8 => {
+                type $t = u8;
+                $body
+            }
+            gpucoll::Datatype::I32 => {
+                type $t = i32;
+                $body
+            }
+            gpucoll::Datatype::U32 => {
+                type $t = u32;
+                $body
+            }
+            gpucoll::Datatype::I64 => {
+                type $t = i64;
+                $body
+            }
+            gpucoll::Datatype::U64 => {
+                type $t = u64;
+                $body
+            }
+            gpucoll::Datatype::F16 => {
+                type $t = gpucoll::f16;
+                $body
+            }
+            gpucoll::Datatype::BF16 => {
+                type $t = gpucoll::bf16;
+                $body
+            }
+            gpucoll::Datatype::F32 => {
+                type $t = f32;
+                $body
+            }
+            gpucoll::Datatype::F64 => {
+                type $t = f64;
+                $body
+            }
+        }
+    };
+}
+
+mod algos;
 mod args;
 mod compute;
 mod data;
@@ -32,7 +82,7 @@ mod vsnccl;
 
 use args::{Args, Mode, Placement};
 use gpu::{GcStream, Gpu};
-use gpucoll::{bf16, f16, CollKind, Communicator, Datatype, ReduceOp};
+use gpucoll::{CollKind, Communicator};
 use nccl::Nccl;
 use report::{Measure, Row};
 use std::io::Write;
@@ -228,6 +278,9 @@ fn bench(world: &Communicator, args: &Args) -> Result<i32, Fail> {
         skipped = skip;
         keep
     };
+    if !args.algos.is_empty() {
+        return compare_algos(world, args, gpu.as_ref());
+    }
     let stream = match &gpu {
         Some(g) if modes.iter().any(|m| m.on_stream()) => {
             Some(GcStream::new(g).map_err(Fail::Runtime)?)
@@ -379,6 +432,39 @@ fn bench(world: &Communicator, args: &Args) -> Result<i32, Fail> {
     summary(&mut ctx, &modes, nccl.as_ref())
 }
 
+/// `--algos`: blocking and out of place only, without NCCL, overlap or
+/// registration (every rank sees the same options, so all exit alike).
+fn compare_algos(world: &Communicator, args: &Args, gpu: Option<&Gpu>) -> Result<i32, Fail> {
+    let clash = [
+        (args.vs_nccl, "--vs-nccl"),
+        (args.overlap, "--overlap"),
+        (args.register, "--register"),
+        (args.modes != [Mode::Blocking], "--mode other than blocking"),
+        (args.placement == Placement::InPlace, "--inplace 1"),
+    ];
+    if let Some((_, what)) = clash.iter().find(|(on, _)| *on) {
+        if world.rank() == 0 {
+            eprintln!(
+                "gpucoll-bench: --algos times blocking, out-of-place calls of each algorithm;                  it does not combine with {what}"
+            );
+        }
+        return Ok(2);
+    }
+    let mut ctx = Ctx {
+        world,
+        args,
+        rank: world.rank(),
+        nranks: world.size(),
+        rows: Vec::new(),
+        gpu,
+        stream: None,
+        nccl: None,
+        job: None,
+        overlaps: Vec::new(),
+    };
+    algos::run(&mut ctx)
+}
+
 /// The header's words on `--register`: what is registered, and the
 /// `GPUCOLL_REGISTERED` in effect (the communicator checks that every rank
 /// has the same).
@@ -432,31 +518,8 @@ fn table(ctx: &mut Ctx<'_>, mode: Mode, kind: CollKind) -> Result<(), Fail> {
         args.register,
     ));
     for &dtype in &args.dtypes {
-        let ops: Vec<Option<ReduceOp>> = if kind.reduces() {
-            // `-o all` pairs the integer-only ops with integer types only.
-            let ops = args.ops.iter().copied();
-            ops.filter(|op| op.applies_to(dtype)).map(Some).collect()
-        } else {
-            vec![None]
-        };
-        for op in ops {
-            macro_rules! go {
-                ($t:ty) => {
-                    run::run_type::<$t>(ctx, mode, kind, op, show_oop, show_ip)?
-                };
-            }
-            match dtype {
-                Datatype::I8 => go!(i8),
-                Datatype::U8 => go!(u8),
-                Datatype::I32 => go!(i32),
-                Datatype::U32 => go!(u32),
-                Datatype::I64 => go!(i64),
-                Datatype::U64 => go!(u64),
-                Datatype::F16 => go!(f16),
-                Datatype::BF16 => go!(bf16),
-                Datatype::F32 => go!(f32),
-                Datatype::F64 => go!(f64),
-            }
+        for op in args.ops_for(kind, dtype) {
+            with_elem_type!(dtype, T => run::run_type::<T>(ctx, mode, kind, op, show_oop, show_ip)?);
         }
     }
 

@@ -2,7 +2,7 @@
 //! mode, gpucoll out of place and in place, then MPI and NCCL on the same
 //! data.
 
-use crate::args::{self, Mode};
+use crate::args::{self, Args, Mode};
 use crate::data::{Case, Elem};
 use crate::gpu::{DevBuf, GcGraph, GcStream, Gpu};
 use crate::overlap::{self, GcCall, NcclCall};
@@ -15,7 +15,7 @@ use std::marker::PhantomData;
 
 /// A zeroed buffer, or a clean error when memory runs out (every rank
 /// allocates the same sizes, so they fail alike).
-fn alloc<T: Elem>(len: usize) -> Result<Vec<T>, Fail> {
+pub fn alloc<T: Elem>(len: usize) -> Result<Vec<T>, Fail> {
     let mut v = Vec::new();
     v.try_reserve_exact(len).map_err(|_| {
         Fail::Usage(format!(
@@ -37,7 +37,7 @@ fn host_buf<T: Elem>(s: &[T]) -> RawBuffer {
 }
 
 /// A device buffer of `len` elements when running on a GPU and `len > 0`.
-fn dev_buf<T: Elem>(
+pub fn dev_buf<T: Elem>(
     gpu: Option<&Gpu>,
     want: bool,
     len: usize,
@@ -50,7 +50,7 @@ fn dev_buf<T: Elem>(
 
 /// The buffer a collective gets: the device buffer when there is one, else
 /// the host slice.
-fn pick<T: Elem>(dev: &Option<DevBuf<T>>, host: &[T]) -> RawBuffer {
+pub fn pick<T: Elem>(dev: &Option<DevBuf<T>>, host: &[T]) -> RawBuffer {
     match dev {
         Some(d) => d.raw(),
         None => host_buf(host),
@@ -187,6 +187,33 @@ fn call_once<T: Elem>(
     }
 }
 
+/// The rows of a table in `mode`: `(count, bytes, extra warmup calls)` for
+/// every size that holds an element and differs from the one before (sizes
+/// round down to whole elements per rank); the first row gets the extra
+/// warmup of a table's first size.
+pub fn row_sizes(
+    args: &Args,
+    mode: Mode,
+    kind: CollKind,
+    elem: usize,
+    nranks: usize,
+) -> Vec<(usize, u64, usize)> {
+    let mut rows: Vec<(usize, u64, usize)> = Vec::new();
+    for size in args::sizes(args, mode) {
+        let (count, bytes) = report::count_for(kind, size, elem, nranks);
+        if count == 0 || rows.last().is_some_and(|r| r.1 == bytes) {
+            continue;
+        }
+        let extra = if rows.is_empty() {
+            FIRST_SIZE_EXTRA_WARMUP
+        } else {
+            0
+        };
+        rows.push((count, bytes, extra));
+    }
+    rows
+}
+
 pub fn run_type<T: Elem>(
     ctx: &mut Ctx<'_>,
     mode: Mode,
@@ -197,14 +224,7 @@ pub fn run_type<T: Elem>(
 ) -> Result<(), Fail> {
     let (world, args, rank, nranks) = (ctx.world, ctx.args, ctx.rank, ctx.nranks);
     let elem = T::DATATYPE.size();
-    let case_for = |count: usize| Case {
-        kind,
-        op: op.unwrap_or(ReduceOp::Sum),
-        count,
-        nranks,
-        rank,
-        root: if kind.rooted() { args.root } else { 0 },
-    };
+    let case_for = |count: usize| Case::of_table(kind, op, count, (rank, nranks), args.root);
     let (max_count, _) = report::count_for(kind, args.max_bytes_of(mode), elem, nranks);
     let big = case_for(max_count);
     let mut send: Vec<T> = alloc(big.input_len().max(1))?;
@@ -215,18 +235,7 @@ pub fn run_type<T: Elem>(
     });
 
     let first_row = ctx.rows.len();
-    let mut last_bytes = None;
-    for size in args::sizes(args, mode) {
-        let (count, bytes) = report::count_for(kind, size, elem, nranks);
-        if count == 0 || last_bytes == Some(bytes) {
-            continue;
-        }
-        let extra = if last_bytes.is_none() {
-            FIRST_SIZE_EXTRA_WARMUP
-        } else {
-            0
-        };
-        last_bytes = Some(bytes);
+    for (count, bytes, extra) in row_sizes(args, mode, kind, elem, nranks) {
         let case = case_for(count);
         let what = || {
             format!(

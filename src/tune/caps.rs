@@ -27,7 +27,9 @@ pub struct BackendCaps {
     pub fifo_slots: u64,
     /// Cost of a hop within a node.
     pub intra: LinkCost,
-    /// Cost of a hop between nodes.
+    /// Cost of a hop between nodes. Unlike the links within a node, its
+    /// bandwidth is what all channels reach together: they share MPI
+    /// between the same two processes (`model::path_bandwidth`).
     pub inter: LinkCost,
     /// Fixed cost of launching one submission (µs).
     pub launch_us: f64,
@@ -40,7 +42,8 @@ pub struct BackendCaps {
     /// collective of its own: MPI's, on the host backend).
     pub collnet: bool,
     /// Cost of the rail all-reduce per byte and call, across all nodes
-    /// (MPI's own collective on staged host memory).
+    /// (MPI's own collective on staged host memory), all channels' rails
+    /// together.
     pub rail: LinkCost,
     /// Copy-engine collectives within a node, where the backend has them:
     /// the fixed cost of one (handshakes and copy setup) and the bandwidth
@@ -89,9 +92,10 @@ pub(crate) mod links {
         bandwidth_gbs: 300.0,
     };
 
-    /// Per channel and hop between nodes over MPI point-to-point (the host
-    /// backend's connectors, the CUDA backend's NET proxy). An estimate, not
-    /// calibrated yet.
+    /// A hop between nodes over MPI point-to-point (the host backend's
+    /// connectors, the CUDA backend's NET proxy), all channels together.
+    /// The estimate before a communicator spanning nodes measures its own
+    /// (`backend::shared::calibrate`), which replaces it.
     pub(crate) const MPI_NET: LinkCost = LinkCost {
         latency_us: 10.0,
         bandwidth_gbs: 3.0,
@@ -105,6 +109,17 @@ pub(crate) mod links {
         latency_us: 30.0,
         bandwidth_gbs: 1.5,
     };
+
+    /// What the CUDA backend's NET path adds to each MPI message or rail
+    /// all-reduce (µs): the kernel's store of a piece into mapped host
+    /// memory, the proxy thread noticing it, and the receiving kernel's
+    /// poll. Measured on one H200 under MPS with two simulated nodes: a
+    /// two-hop NET all_reduce of 8 B took 38 µs against 14 µs on one node,
+    /// (38 - 14) / 2 - 1.3 (MPI's own latency) ≈ 11 per hop; collnet's one
+    /// rail step 29 - 14 - 2.6 ≈ 12 (`bench/results/2026-12-02-h200x1-net`).
+    /// The host backend's executor calls MPI itself: it adds nothing.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) const CUDA_NET_BRIDGE_US: f64 = 11.0;
 
     /// Queueing a launch to the host backend's worker and waking it (µs).
     pub(crate) const HOST_LAUNCH_US: f64 = 5.0;

@@ -54,13 +54,18 @@ const DIRECT_LL_BANDWIDTH: f64 = 0.7;
 /// (NCCL measures 0.5..0.9 depending on size; up and down share a channel).
 const TREE_EFFICIENCY: f64 = 0.8;
 
-/// The link a multi-hop path is limited by: the slower bandwidth of the
-/// links it uses.
-pub fn path_bandwidth(shape: &Shape, caps: &BackendCaps) -> f64 {
+/// The bus bandwidth of a path over `nchannels` channels, limited by its
+/// slowest link. Links within a node scale with the channels (each its own
+/// block or thread and FIFO); the NET between nodes does not: every
+/// channel's pieces go through MPI between the same two processes, which
+/// moved no more with several streams than with one
+/// (`bench/results/2026-12-02-h200x1-net/mpi-p2p.txt`).
+pub fn path_bandwidth(shape: &Shape, caps: &BackendCaps, nchannels: usize) -> f64 {
+    let intra = caps.intra.bandwidth_gbs * nchannels.max(1) as f64;
     if shape.nnodes > 1 {
-        caps.intra.bandwidth_gbs.min(caps.inter.bandwidth_gbs)
+        intra.min(caps.inter.bandwidth_gbs)
     } else {
-        caps.intra.bandwidth_gbs
+        intra
     }
 }
 
@@ -101,7 +106,7 @@ pub fn estimate_us(
     let n = shape.nranks.max(1);
     let nnodes = shape.nnodes.max(1);
     let (lat_f, bw_f) = protocol_factors(proto);
-    let bus = positive(path_bandwidth(shape, caps) * nchannels.max(1) as f64 * bw_f);
+    let bus = positive(path_bandwidth(shape, caps, nchannels) * bw_f);
     let (latency, alg_bw) = match (kind, algo) {
         (CollKind::AllReduce, Algorithm::Ring) => {
             let steps = 2 * (n - 1);
@@ -227,30 +232,44 @@ fn collnet_us(
         return None;
     }
     let l = shape.ppn.max(1);
-    let nch = nchannels.max(1) as f64;
-    let intra_bus = positive(caps.intra.bandwidth_gbs * nch);
-    let intra = if l > 1 {
-        2.0 * hops(l - 1, 0, caps) + 2.0 * bytes * (l - 1) as f64 / l as f64 / (1000.0 * intra_bus)
+    let intra_bus = positive(caps.intra.bandwidth_gbs * nchannels.max(1) as f64);
+    // MPI's all_reduce of the shard moves about twice its bytes; the rails
+    // of all channels share MPI between the same processes, as NET hops do.
+    let shard = bytes / l as f64;
+    let rail_bw = positive(caps.rail.bandwidth_gbs);
+    let rail_lat = caps.rail.latency_us.max(0.0) * log2_ceil(shape.nnodes).max(1) as f64;
+    let fixed = caps.launch_us.max(0.0)
+        + (if l > 1 {
+            2.0 * hops(l - 1, 0, caps)
+        } else {
+            0.0
+        });
+    let moved = if l > 1 {
+        2.0 * bytes * (l - 1) as f64 / l as f64 / (1000.0 * intra_bus)
     } else {
         0.0
-    };
-    // MPI's all_reduce of the shard moves about twice its bytes.
-    let shard = bytes / l as f64;
-    let rail_bw = positive(caps.rail.bandwidth_gbs * nch);
-    let rail = caps.rail.latency_us.max(0.0) * log2_ceil(shape.nnodes).max(1) as f64
-        + 2.0 * shard / (1000.0 * rail_bw);
-    Some((caps.launch_us.max(0.0) + intra + rail) * COLLNET_MARGIN)
+    } + 2.0 * shard / (1000.0 * rail_bw);
+    Some((fixed + rail_lat) * COLLNET_LATENCY_MARGIN + moved * COLLNET_BYTES_MARGIN)
 }
 
-/// collnet's estimate is raised by this factor. Its phases do not overlap
-/// within a channel (reduce-scatter, then MPI, then all-gather), which the
-/// model does not see, and its inputs are measured at creation (noisy on a
-/// busy node: on a 2-core machine with 4 ranks the measured ratio of rail
-/// to point-to-point cost varied 1.2-2x between runs). So the work goes to
-/// MPI only where MPI's all_reduce measures several times cheaper than
-/// gpucoll's own path, which is what offloaded collectives deliver; where
-/// the two are about equal, the ring or tree stays.
-const COLLNET_MARGIN: f64 = 3.0;
+/// collnet's per-byte estimate is raised by this factor: its phases do not
+/// overlap within a channel (reduce-scatter, then MPI, then all-gather),
+/// which the model does not see, and each piece also crosses the NET
+/// bridge twice. On one H200 with two simulated nodes collnet's time per
+/// byte was 2.1× what the rail's measured bandwidth (at 256 KiB) gives
+/// between 8 and 32 KiB and 1.4× at 512 MiB; MPI's own all_reduce of
+/// 512 MiB in one call, out of cache, 2.9×. So the bytes go to MPI only
+/// where its all_reduce measures at least twice as fast as gpucoll's own
+/// path, which is what offloaded collectives deliver.
+const COLLNET_BYTES_MARGIN: f64 = 2.0;
+
+/// collnet's fixed costs are raised by this factor: they are measured at
+/// creation (one rail step against the NET hops of a ring or tree), so a
+/// small margin keeps the ring or tree where the two are about equal, and
+/// collnet's one MPI call wins small messages where it is clearly cheaper
+/// than two or more NET hops (on one H200 with two simulated nodes: 29 µs
+/// against 38-40 for ring and tree up to 2 KiB, 40 against 44 at 8 KiB).
+const COLLNET_LATENCY_MARGIN: f64 = 1.25;
 
 /// Estimated time in µs of a one-shot that sends `bytes` to every peer (an
 /// all_reduce of `bytes`, or one segment of the others), or `None`

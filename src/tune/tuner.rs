@@ -68,7 +68,7 @@ impl Tuner {
         // A channel pays one step latency plus its share of the launch; it is
         // worth adding once it carries at least that many bytes' worth of
         // transfer time, and never less than one full chunk.
-        let bw = model::path_bandwidth(&shape, caps).max(0.0);
+        let bw = model::path_bandwidth(&shape, caps, 1).max(0.0);
         let lat =
             caps.intra.latency_us.max(caps.inter.latency_us).max(0.0) + caps.launch_us.max(0.0);
         let break_even = (lat * bw * 1000.0).min(1e15) as u64;

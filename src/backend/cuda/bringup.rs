@@ -56,6 +56,27 @@ fn env_usize(name: &str) -> Option<usize> {
         .filter(|&v| v > 0)
 }
 
+/// u64 fields per rank in the setup exchange of [`negotiate`].
+const FIELDS: usize = 8;
+
+/// A key naming this rank's GPU across the job (host name and PCI bus id:
+/// equal keys mean the same physical GPU) and its multiprocessor count
+/// (0 if unknown). A rank whose GPU cannot be named gets a key of its own,
+/// so it is never counted as sharing.
+fn gpu_identity(ctx: &DeviceCtx, rank: usize) -> (u64, usize) {
+    let sms = driver::multiprocessor_count(ctx.dev).unwrap_or(0);
+    let named = crate::mpi::processor_name()
+        .and_then(|host| Ok(format!("{host}/{}", driver::device_pci_bus_id(ctx.dev)?)));
+    let key = match named {
+        // FNV-1a: stable across processes, unlike std's hasher.
+        Ok(name) => name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        }),
+        Err(_) => u64::MAX - rank as u64,
+    };
+    (key, sms)
+}
+
 fn u64_at(b: &[u8], i: usize) -> u64 {
     let mut w = [0u8; 8];
     w.copy_from_slice(&b[i * 8..i * 8 + 8]);
@@ -114,6 +135,7 @@ fn negotiate(
     let want_slot = env_usize("GPUCOLL_CUDA_SLOT_KB")
         .map(|k| (k << 10).clamp(4 << 10, 4 << 20))
         .unwrap_or(0);
+    let (gpu, sms) = gpu_identity(ctx, rank);
     let mine: Vec<u8> = [
         std::process::id() as u64,
         tag,
@@ -121,30 +143,57 @@ fn negotiate(
         p2p_off as u64,
         want_channels as u64,
         want_slot as u64,
+        gpu,
+        sms as u64,
     ]
     .iter()
     .flat_map(|v| v.to_le_bytes())
     .collect();
     let all = mpi.allgather_bytes(&mine)?;
-    if all.len() != 48 * nranks {
+    if all.len() != 8 * FIELDS * nranks {
         return Err(Error::Backend(
             "CUDA backend setup exchange was truncated".into(),
         ));
     }
-    let pids: Vec<u32> = (0..nranks).map(|r| u64_at(&all, r * 6) as u32).collect();
-    let tag = u64_at(&all, 1);
-    let ords: Vec<i32> = (0..nranks)
-        .map(|r| u64_at(&all, r * 6 + 2) as i32)
-        .collect();
-    let any_off = (0..nranks).any(|r| u64_at(&all, r * 6 + 3) != 0);
-    // Every rank must use the same layout: the smallest request wins.
-    let req_channels = (0..nranks)
-        .map(|r| u64_at(&all, r * 6 + 4) as usize)
+    let field = |r: usize, i: usize| u64_at(&all, r * FIELDS + i);
+    let pids: Vec<u32> = (0..nranks).map(|r| field(r, 0) as u32).collect();
+    let tag = field(0, 1);
+    let ords: Vec<i32> = (0..nranks).map(|r| field(r, 2) as i32).collect();
+    let any_off = (0..nranks).any(|r| field(r, 3) != 0);
+    // Every rank must use the same layout: the smallest request wins, and
+    // no more than the ranks sharing the busiest GPU can run side by side.
+    let gpus: Vec<u64> = (0..nranks).map(|r| field(r, 6)).collect();
+    let sharers = gpus
+        .iter()
+        .map(|g| gpus.iter().filter(|h| *h == g).count())
+        .max()
+        .unwrap_or(1);
+    let fewest_sms = (0..nranks)
+        .map(|r| field(r, 7) as usize)
+        .filter(|&n| n > 0)
+        .min()
+        .unwrap_or(0);
+    let requested = (0..nranks)
+        .map(|r| field(r, 4) as usize)
         .min()
         .unwrap_or(def_channels)
         .max(1);
+    let req_channels = match co_resident_channels(sharers, fewest_sms) {
+        Some(cap) if cap < requested => {
+            tracing::info!(
+                rank,
+                sharers,
+                sms = fewest_sms,
+                channels = cap,
+                requested,
+                "CUDA backend: ranks share a GPU; channels capped so that every rank's blocks fit on it at once"
+            );
+            cap
+        }
+        _ => requested,
+    };
     let req_slot = (0..nranks)
-        .map(|r| u64_at(&all, r * 6 + 5) as usize)
+        .map(|r| field(r, 5) as usize)
         .filter(|&s| s > 0)
         .min()
         .unwrap_or(if multi {
@@ -439,7 +488,8 @@ impl CudaBackend {
             Some(r) => {
                 let t = std::time::Instant::now();
                 let m = agree(&mpi, calibrate::measure(r), "measure inter-node costs")?;
-                Some(calibrate::agreed_costs(&mpi, m, topo.nnodes(), t)?)
+                let bridge = crate::tune::caps::links::CUDA_NET_BRIDGE_US;
+                Some(calibrate::agreed_costs(&mpi, m, topo.nnodes(), t, bridge)?)
             }
             None => None,
         };

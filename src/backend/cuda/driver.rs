@@ -116,6 +116,23 @@ pub(crate) fn device_get(ordinal: i32) -> Result<CUdevice> {
     Ok(d)
 }
 
+/// Multiprocessors (SMs) of `dev`.
+pub(crate) fn multiprocessor_count(dev: CUdevice) -> Result<usize> {
+    let mut v = 0;
+    // SAFETY: writes one int.
+    check(
+        unsafe {
+            sys::cuDeviceGetAttribute(
+                &mut v,
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                dev,
+            )
+        },
+        "cuDeviceGetAttribute",
+    )?;
+    Ok(v.max(0) as usize)
+}
+
 pub(crate) fn device_pci_bus_id(dev: CUdevice) -> Result<String> {
     let mut buf = [0 as std::ffi::c_char; 64];
     // SAFETY: the buffer holds 64 bytes, as stated.

@@ -28,6 +28,16 @@ pub(super) fn p2p_slot_bytes(channels: usize) -> usize {
         512 << 10
     }
 }
+/// Most channels when `sharers` ranks (processes) share one GPU of `sms`
+/// multiprocessors: a collective's blocks spin until their peers' blocks
+/// arrive, so every rank's grid must be resident at once. Time-sliced
+/// processes take turns, but under MPS they share the SMs, and the step
+/// interpreter holds a whole SM per block (512 threads × 128 registers):
+/// 4 ranks × 64 blocks on a GPU of 132 SMs never all start. `None`: no
+/// limit (one rank per GPU, or the SM count is unknown).
+pub(super) fn co_resident_channels(sharers: usize, sms: usize) -> Option<usize> {
+    (sharers > 1 && sms > 0).then(|| (sms / sharers).max(1))
+}
 /// Most channels (`GPUCOLL_CUDA_CHANNELS`); the per-channel status area
 /// holds them.
 pub(super) const MAX_CHANNELS: usize = 128;
@@ -183,6 +193,20 @@ pub(super) fn conn_tables(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_sharing_a_gpu_fit_on_its_multiprocessors() {
+        assert_eq!(co_resident_channels(1, 132), None);
+        assert_eq!(co_resident_channels(4, 0), None);
+        assert_eq!(co_resident_channels(2, 132), Some(66));
+        assert_eq!(co_resident_channels(4, 132), Some(33));
+        // Never zero, even with more ranks than SMs.
+        assert_eq!(co_resident_channels(200, 132), Some(1));
+        for sharers in 2..=16 {
+            let c = co_resident_channels(sharers, 132).unwrap();
+            assert!(c * sharers <= 132);
+        }
+    }
 
     /// 4 ranks on 2 nodes ({0, 1}, {2, 3}); each rank's P2P area at a
     /// fake address common to all ranks (as if mapped at the same place),

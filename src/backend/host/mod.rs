@@ -370,7 +370,8 @@ impl HostBackend {
         let (inter, rail) = match rails.first() {
             Some(r) => {
                 let t = std::time::Instant::now();
-                calibrate::agreed_costs(&mpi, calibrate::measure(r)?, topo.nnodes(), t)?
+                // The executor calls MPI itself: nothing to add per hop.
+                calibrate::agreed_costs(&mpi, calibrate::measure(r)?, topo.nnodes(), t, 0.0)?
             }
             None => (links::MPI_NET, links::MPI_RAIL),
         };

@@ -113,14 +113,17 @@ pub(crate) fn agree(comm: &MpiComm, mine: Measured) -> Result<Measured> {
 /// `mine` (this rank's measurement, started at `started`) agreed across
 /// `comm` and turned into the tuner's link costs over `nodes` nodes,
 /// logged at info: what both backends do at creation with several nodes.
+/// `bridge_us`: what the backend's own NET path adds to each MPI message
+/// or rail all-reduce (see [`costs`]).
 pub(crate) fn agreed_costs(
     comm: &MpiComm,
     mine: Measured,
     nodes: usize,
     started: Instant,
+    bridge_us: f64,
 ) -> Result<(LinkCost, LinkCost)> {
     let m = agree(comm, mine)?;
-    let c = costs(&m, nodes);
+    let c = costs(&m, nodes, bridge_us);
     tracing::info!(
         rank = comm.rank(),
         ms = started.elapsed().as_secs_f64() * 1e3,
@@ -133,25 +136,37 @@ pub(crate) fn agreed_costs(
 }
 
 /// The link costs the tuner uses, from agreed measurements over `nodes`
-/// nodes: (NET hop per channel, rail all_reduce per call). Latency comes
-/// from the small size, bandwidth from the large one alone (a difference
-/// of two noisy times can even be negative). The rail's latency is per
-/// tree level (log2 of the nodes, as the model counts it); its bandwidth
-/// is in the model's units (about twice the shard's bytes move per
-/// all_reduce). Figures are clamped to a sane range so that a disturbed
-/// measurement cannot produce an absurd plan.
-pub(crate) fn costs(m: &Measured, nodes: usize) -> (LinkCost, LinkCost) {
+/// nodes: (NET hop, rail all_reduce per call). Latency comes from the small
+/// size, bandwidth from the large one alone (a difference of two noisy
+/// times can even be negative). The bandwidths are what two processes
+/// move through MPI, however many channels share it (MPI point-to-point
+/// between two processes measured no faster with more streams:
+/// `bench/results/2026-12-02-h200x1-net/mpi-p2p.txt`). The rail's latency
+/// is per tree level (log2 of the nodes, as the model counts it); its
+/// bandwidth is in the model's units (about twice the shard's bytes move
+/// per all_reduce). `bridge_us` is added once to a hop and to a rail step:
+/// the measurement times MPI alone, while the backend's path also carries
+/// every piece between its buffers and MPI (the CUDA backend: a kernel's
+/// store into mapped host memory, the proxy thread noticing it, and the
+/// receiving kernel's poll). Figures are clamped to a sane range so that a
+/// disturbed measurement cannot produce an absurd plan.
+pub(crate) fn costs(m: &Measured, nodes: usize, bridge_us: f64) -> (LinkCost, LinkCost) {
     let levels = (usize::BITS - nodes.max(2).saturating_sub(1).leading_zeros()) as f64;
     let gbs = |bytes: f64, us: f64| (bytes / (us.max(0.01) * 1000.0)).clamp(0.01, 1000.0);
     let p2p_bw = gbs(LARGE as f64, m.p2p_large_us);
     let rail_bw = gbs(2.0 * LARGE as f64, m.rail_large_us);
+    let bridge = if bridge_us.is_finite() {
+        bridge_us.max(0.0)
+    } else {
+        0.0
+    };
     (
         LinkCost {
-            latency_us: m.p2p_small_us.clamp(0.1, 10_000.0),
+            latency_us: (m.p2p_small_us + bridge).clamp(0.1, 10_000.0),
             bandwidth_gbs: p2p_bw,
         },
         LinkCost {
-            latency_us: (m.rail_small_us / levels).clamp(0.1, 10_000.0),
+            latency_us: ((m.rail_small_us + bridge) / levels).clamp(0.1, 10_000.0),
             bandwidth_gbs: rail_bw,
         },
     )
@@ -169,7 +184,7 @@ mod tests {
             rail_small_us: 40.0,
             rail_large_us: 262.144, // 2 x 256 KiB at 2 GB/s
         };
-        let (inter, rail) = costs(&m, 4);
+        let (inter, rail) = costs(&m, 4, 0.0);
         assert!((inter.latency_us - 5.0).abs() < 1e-9);
         assert!((inter.bandwidth_gbs - 1.0).abs() < 1e-6);
         assert!(
@@ -183,8 +198,14 @@ mod tests {
             rail_small_us: 1e12,
             ..m
         };
-        let (inter, rail) = costs(&odd, 2);
+        let (inter, rail) = costs(&odd, 2, f64::NAN);
         assert!(inter.bandwidth_gbs > 0.0 && inter.bandwidth_gbs <= 1000.0);
         assert!(rail.latency_us <= 10_000.0);
+        // The backend's bridge: once per hop, once per rail step (spread
+        // over the levels as the latency is).
+        let (inter, rail) = costs(&m, 4, 10.0);
+        assert!((inter.latency_us - 15.0).abs() < 1e-9);
+        assert!((rail.latency_us - 25.0).abs() < 1e-9);
+        assert!((inter.bandwidth_gbs - 1.0).abs() < 1e-6);
     }
 }

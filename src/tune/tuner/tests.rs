@@ -405,3 +405,47 @@ fn chunk_is_half_fifo_or_one_slot() {
     c.fifo_slots = 3;
     assert_eq!(max_chunk_bytes(&c), 128);
 }
+
+/// The costs the CUDA backend agreed on one H200 under MPS with two
+/// simulated nodes of one rank (`bench/results/2026-12-02-h200x1-net`:
+/// MPI 1.28 µs / 3.76 GB/s point-to-point, 2.58 µs / 5.47 GB/s rail, plus
+/// the NET bridge), and what `gpucoll-bench --algos` measured there: collnet
+/// fastest up to 8 KiB (29-40 µs against 38-46 for ring and tree), ring
+/// or tree within 4 % of each other from 32 KiB on, collnet 1.05-2× slower.
+#[test]
+fn net_choices_follow_the_measured_crossover() {
+    let bridge = crate::tune::caps::links::CUDA_NET_BRIDGE_US;
+    let cuda_net = BackendCaps {
+        protocols: vec![Protocol::Simple],
+        direct_protocols: Vec::new(),
+        max_channels: 4,
+        slot_bytes: 128 << 10,
+        fifo_slots: 8,
+        intra: crate::tune::caps::links::CUDA_P2P,
+        inter: LinkCost {
+            latency_us: 1.276 + bridge,
+            bandwidth_gbs: 3.755,
+        },
+        launch_us: crate::tune::caps::links::CUDA_LAUNCH_US,
+        direct: false,
+        collnet: true,
+        rail: LinkCost {
+            latency_us: 2.582 + bridge,
+            bandwidth_gbs: 5.471,
+        },
+        copy_engine: None,
+    };
+    let two_nodes = Topology::from_node_keys(0, &[0, 1]);
+    let t = Tuner::new(&two_nodes, &cuda_net, &Config::default());
+    let algo = |bytes: u64| t.choose(&task(CollKind::AllReduce, bytes / 4)).algorithm;
+    for bytes in [8u64, 512, 2048, 8192] {
+        assert_eq!(algo(bytes), Algorithm::CollNet, "{bytes} B");
+    }
+    for bytes in [32u64 << 10, 128 << 10, 2 << 20, 32 << 20, 512 << 20] {
+        assert!(
+            matches!(algo(bytes), Algorithm::Ring | Algorithm::Tree),
+            "{bytes} B: {:?}",
+            algo(bytes)
+        );
+    }
+}
