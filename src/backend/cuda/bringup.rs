@@ -178,7 +178,8 @@ fn negotiate(
         .min()
         .unwrap_or(def_channels)
         .max(1);
-    let req_channels = match co_resident_channels(sharers, fewest_sms) {
+    let co_resident = co_resident_channels(sharers, fewest_sms);
+    let req_channels = match co_resident {
         Some(cap) if cap < requested => {
             tracing::info!(
                 rank,
@@ -225,7 +226,10 @@ fn negotiate(
     };
     let (channels, slot_bytes) = match (multi, transport) {
         (true, _) | (false, Transport::P2p) => (req_channels, req_slot),
-        (false, Transport::Shm) => (MAX_CHANNELS_SHM, SLOT_BYTES_SHM),
+        (false, Transport::Shm) => (
+            MAX_CHANNELS_SHM.min(co_resident.unwrap_or(MAX_CHANNELS_SHM)),
+            SLOT_BYTES_SHM,
+        ),
     };
     let layout = Layout {
         nranks: nranks as u64,
