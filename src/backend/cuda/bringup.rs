@@ -163,11 +163,7 @@ fn negotiate(
     // Every rank must use the same layout: the smallest request wins, and
     // no more than the ranks sharing the busiest GPU can run side by side.
     let gpus: Vec<u64> = (0..nranks).map(|r| field(r, 6)).collect();
-    let sharers = gpus
-        .iter()
-        .map(|g| gpus.iter().filter(|h| *h == g).count())
-        .max()
-        .unwrap_or(1);
+    let sharers = busiest_gpu(&gpus);
     let fewest_sms = (0..nranks)
         .map(|r| field(r, 7) as usize)
         .filter(|&n| n > 0)

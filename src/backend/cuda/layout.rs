@@ -38,6 +38,17 @@ pub(super) fn p2p_slot_bytes(channels: usize) -> usize {
 pub(super) fn co_resident_channels(sharers: usize, sms: usize) -> Option<usize> {
     (sharers > 1 && sms > 0).then(|| (sms / sharers).max(1))
 }
+/// How many ranks share the busiest GPU, from every rank's GPU key (equal
+/// keys: the same GPU); 1 for an empty job.
+pub(super) fn busiest_gpu(keys: &[u64]) -> usize {
+    let mut sorted = keys.to_vec();
+    sorted.sort_unstable();
+    sorted
+        .chunk_by(|a, b| a == b)
+        .map(<[u64]>::len)
+        .max()
+        .unwrap_or(1)
+}
 /// Most channels (`GPUCOLL_CUDA_CHANNELS`); the per-channel status area
 /// holds them.
 pub(super) const MAX_CHANNELS: usize = 128;
@@ -202,6 +213,10 @@ mod tests {
         assert_eq!(co_resident_channels(4, 132), Some(33));
         // Never zero, even with more ranks than SMs.
         assert_eq!(co_resident_channels(200, 132), Some(1));
+        // 8 ranks on 2 GPUs of one host, one GPU with 5 of them.
+        assert_eq!(busiest_gpu(&[7, 9, 7, 7, 9, 7, 9, 7]), 5);
+        assert_eq!(busiest_gpu(&[1, 2, 3]), 1);
+        assert_eq!(busiest_gpu(&[]), 1);
         for sharers in 2..=16 {
             let c = co_resident_channels(sharers, 132).unwrap();
             assert!(c * sharers <= 132);
