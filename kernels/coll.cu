@@ -9,12 +9,15 @@
 //                    and all_to_all (gc_direct_ar_*)
 //   peer.cuh         all_reduce, reduce_scatter, all_gather and broadcast on
 //                    registered buffers, read and written in place (gc_peer_*)
+//   resident.cuh     the one-shots of blocking calls posted to a block that
+//                    stays on the GPU (gc_resident)
 // Entry points: one kernel per datatype and path, resolved by name; signed
 // integers run on the unsigned kernel of their width (see GC_OP_SIGNED).
 #include "gpucoll.cuh"
 #include "interpreter.cuh"
 #include "oneshot.cuh"
 #include "peer.cuh"
+#include "resident.cuh"
 
 #define GC_THREADS 512
 
@@ -39,6 +42,10 @@ GC_PEER_KERNEL(gc_peer_f16, __half)
 GC_PEER_KERNEL(gc_peer_bf16, __nv_bfloat16)
 GC_PEER_KERNEL(gc_peer_f32, float)
 GC_PEER_KERNEL(gc_peer_f64, double)
+
+// Every datatype in one kernel: a program may mix them without sending the
+// resident block away.
+extern "C" __global__ void __launch_bounds__(GC_THREADS, 1) gc_resident(GcResidentArgs r) { resident_loop(r); }
 
 // Eight 16-byte packs in flight per thread (measured 1-5% faster than four
 // on 2xH200; one variant keeps the kernel build short).
@@ -72,3 +79,6 @@ static_assert(sizeof(GcPeerArgs) == 48 + 2 * 8 * GC_DIRECT_MAX_RANKS, "GcPeerArg
 static_assert(sizeof(GcDirectCtl) == 16, "GcDirectCtl layout");
 static_assert(sizeof(GcFlag) == 16, "GcFlag layout");
 static_assert(sizeof(GcGroupEntry) == 16, "GcGroupEntry layout");
+static_assert(sizeof(GcResidentBox) == GC_RESIDENT_ARGS_OFF, "GcResidentBox layout");
+static_assert(sizeof(GcDirectArgs) / 8 + 1 == GC_RESIDENT_LINES, "GcDirectArgs in resident lines");
+static_assert(sizeof(GcResidentArgs) == 40, "GcResidentArgs layout");

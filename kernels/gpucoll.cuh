@@ -216,6 +216,47 @@ struct GcDirectArgs {
   uint64_t get_flag[GC_DIRECT_MAX_RANKS];  // our GcFlag[MAX_BLOCKS] from peer p (parity 0)
 };
 
+// -------------------------------------------------------- resident kernel
+// One block that stays on the GPU between blocking one-shot calls
+// (GPUCOLL_RESIDENT): the host writes each call into a mailbox in pinned
+// host memory instead of launching a kernel, and the block runs the
+// call's logical blocks one after another (all pushes first, then the
+// folds), so the protocol is the one-shot's whatever the peers run. The
+// call travels as LL lines (its GcDirectArgs as 8-byte words, then the
+// datatype and grid, each with the call number in both halves of its
+// line), so one read of the lines across PCIe both finds a new call and
+// brings it. The block leaves when the host asks (a generation number),
+// when the abort word is raised, after a call that stopped, or after
+// `linger_ns` without a call; it then records how many calls it had
+// taken, so the host can tell a call posted as it left and launch again.
+#define GC_RESIDENT_ARGS_OFF 64u  // the call's LL lines, after the mailbox header
+#define GC_RESIDENT_LINES 47u     // sizeof(GcDirectArgs) / 8, then {dtype, grid}
+// Datatypes of the resident kernel (the direct kernels' element types).
+#define GC_DT_U8 0u
+#define GC_DT_U32 1u
+#define GC_DT_U64 2u
+#define GC_DT_F16 3u
+#define GC_DT_BF16 4u
+#define GC_DT_F32 5u
+#define GC_DT_F64 6u
+
+// The mailbox header (pinned host memory mapped into the device; 64 bytes).
+struct GcResidentBox {
+  uint64_t quit;        // host: generations up to this one leave
+  uint64_t left_gen;    // kernel: the last generation that left
+  uint64_t left_taken;  // kernel: calls it had taken when it left
+  uint64_t pad[5];
+};
+
+// Kernel arguments of gc_resident (passed by value): 40 bytes.
+struct GcResidentArgs {
+  uint64_t mailbox;     // GcResidentBox*, device address of the host mapping
+  uint64_t gen;         // this launch's generation
+  uint64_t taken;       // calls taken before this launch (the next is taken + 1)
+  uint64_t linger_ns;   // idle time before it leaves
+  uint64_t abort_word;  // as GcArgs
+};
+
 // ------------------------------------------------------- registered buffers
 // Kernel arguments of the peer kernels (gc_peer_*, passed by value): every
 // rank's input and output mapped into this process (peer memory through

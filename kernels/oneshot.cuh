@@ -152,26 +152,51 @@ __device__ __forceinline__ void direct_mark_meta(const GcDirectArgs& a, uint64_t
   __threadfence_system();
 }
 
-// The Simple one-shot body of one block (steps 1-3 above).
-template <typename T, uint32_t OP>
-__device__ void direct_simple(const GcDirectArgs& a, uint64_t e, uint64_t poff, int* stop) {
-  constexpr int E = 16 / sizeof(T);
-  // The scaling helpers read these fields of a GcArgs.
+// The fields of a GcArgs the scaling helpers read, from the direct args.
+__device__ __forceinline__ GcArgs direct_scale_args(const GcDirectArgs& a) {
   GcArgs sa{};
   sa.scale = a.scale;
   sa.iscale = a.iscale;
-  const uint64_t tid = threadIdx.x, nt = blockDim.x, b = blockIdx.x;
-  const uint64_t per = ((a.count + gridDim.x - 1) / gridDim.x + E - 1) / E * E;
-  const uint64_t lo = min(a.count, b * per), hi = min(a.count, lo + per);
-  const uint64_t n = hi - lo;
-  const uint32_t kind = direct_kind(a), root = direct_root(a);
-  const bool per_peer = direct_per_peer(kind), folds = direct_folds(kind);
-  const uint64_t seg = a.count * sizeof(T);  // bytes of one segment
-  // Segments other than the first are 16-byte aligned only if seg is.
-  const bool vec = ((a.input | a.output | (kind == GC_DIRECT_ALL_REDUCE ? 0 : seg)) & 15) == 0;
-  const bool pre = a.flags & GC_FLAG_PRE_OP;
-  const uint64_t off = lo * sizeof(T);  // byte offset of this block's slice
-  const uint64_t own = a.input + (per_peer ? a.rank * seg : 0);  // our own segment
+  return sa;
+}
+
+// The slice of (logical) block `b` of `g` in a Simple one-shot: elements
+// [lo, hi) of a segment, whole 16-byte packs except at the end.
+template <typename T>
+struct SimpleSlice {
+  uint64_t lo, hi, n, off, seg, own;
+  uint32_t kind, root;
+  bool per_peer, folds, vec, pre;
+  __device__ __forceinline__ SimpleSlice(const GcDirectArgs& a, uint64_t b, uint64_t g) {
+    constexpr int E = 16 / sizeof(T);
+    const uint64_t per = ((a.count + g - 1) / g + E - 1) / E * E;
+    lo = min(a.count, b * per);
+    hi = min(a.count, lo + per);
+    n = hi - lo;
+    kind = direct_kind(a);
+    root = direct_root(a);
+    per_peer = direct_per_peer(kind);
+    folds = direct_folds(kind);
+    seg = a.count * sizeof(T);  // bytes of one segment
+    // Segments other than the first are 16-byte aligned only if seg is.
+    vec = ((a.input | a.output | (kind == GC_DIRECT_ALL_REDUCE ? 0 : seg)) & 15) == 0;
+    pre = a.flags & GC_FLAG_PRE_OP;
+    off = lo * sizeof(T);                            // byte offset of this block's slice
+    own = a.input + (per_peer ? a.rank * seg : 0);  // our own segment
+  }
+};
+
+// Simple step 1 for (logical) block `b` of `g`: push its slice, fence, and
+// raise our flag [us][b] in every peer.
+template <typename T>
+__device__ void direct_simple_push(const GcDirectArgs& a, uint64_t e, uint64_t poff, uint64_t b, uint64_t g) {
+  constexpr int E = 16 / sizeof(T);
+  const GcArgs sa = direct_scale_args(a);
+  const uint64_t tid = threadIdx.x, nt = blockDim.x;
+  const SimpleSlice<T> s(a, b, g);
+  const uint64_t n = s.n, off = s.off, seg = s.seg;
+  const uint32_t kind = s.kind, root = s.root;
+  const bool per_peer = s.per_peer, vec = s.vec, pre = s.pre;
   // Whether this rank pushes any data (rooted collectives: root or not).
   bool sender = false;
   for (uint32_t p = 0; p < a.nranks; p++) sender |= p != a.rank && direct_sends(kind, a.rank, p, root);
@@ -206,6 +231,21 @@ __device__ void direct_simple(const GcDirectArgs& a, uint64_t e, uint64_t poff, 
       __threadfence_system();
       st_vol64((uint64_t)&f->epoch, e);
     }
+  }
+}
+
+// Simple steps 2-3 for (logical) block `b` of `g`: wait for every peer's
+// flag [peer][b], then fold or place the slice.
+template <typename T, uint32_t OP>
+__device__ void direct_simple_take(const GcDirectArgs& a, uint64_t e, uint64_t poff, int* stop, uint64_t b, uint64_t g) {
+  constexpr int E = 16 / sizeof(T);
+  const GcArgs sa = direct_scale_args(a);
+  const uint64_t tid = threadIdx.x, nt = blockDim.x;
+  const SimpleSlice<T> s(a, b, g);
+  const uint64_t n = s.n, off = s.off, seg = s.seg, own = s.own;
+  const uint32_t kind = s.kind, root = s.root;
+  const bool folds = s.folds, vec = s.vec, pre = s.pre;
+  if (tid == 0) {
     // 2. wait for every peer's slice
     for (uint32_t p = 0; p < a.nranks && !*stop; p++) {
       if (p == a.rank) continue;
@@ -320,25 +360,41 @@ __device__ __forceinline__ void ll_store_unit(const GcDirectArgs& a, uint64_t ba
   }
 }
 
-// The LL one-shot body of one block (see the protocol above).
-template <typename T, uint32_t OP>
-__device__ void direct_ll(const GcDirectArgs& a, uint64_t e, uint64_t poff, int* stop) {
-  constexpr int E8 = 8 / sizeof(T);
-  GcArgs sa{};
-  sa.scale = a.scale;
-  sa.iscale = a.iscale;
-  const uint64_t tid = threadIdx.x, nt = blockDim.x, b = blockIdx.x;
+// The units (8 bytes) of (logical) block `b` of `g` in an LL one-shot,
+// [lo, hi) of a segment.
+template <typename T>
+struct LlSlice {
+  uint64_t lo, hi, seg, own;
+  uint32_t kind, root;
+  bool per_peer, folds;
+  __device__ __forceinline__ LlSlice(const GcDirectArgs& a, uint64_t b, uint64_t g) {
+    constexpr int E8 = 8 / sizeof(T);
+    const uint64_t units = (a.count + E8 - 1) / E8;
+    const uint64_t per = (units + g - 1) / g;
+    lo = min(units, b * per);
+    hi = min(units, lo + per);
+    kind = direct_kind(a);
+    root = direct_root(a);
+    per_peer = direct_per_peer(kind);
+    folds = direct_folds(kind);
+    seg = a.count * sizeof(T);
+    own = a.input + (per_peer ? a.rank * seg : 0);
+  }
+};
+
+// LL step 1 for (logical) block `b` of `g` (see the protocol above): its
+// header to every peer, its lines to those we send to.
+template <typename T>
+__device__ void direct_ll_push(const GcDirectArgs& a, uint64_t e, uint64_t poff, uint64_t b, uint64_t g) {
+  const GcArgs sa = direct_scale_args(a);
+  const uint64_t tid = threadIdx.x, nt = blockDim.x;
   const uint32_t flag = (uint32_t)e;
-  const uint64_t units = (a.count + E8 - 1) / E8;
-  const uint64_t per = (units + gridDim.x - 1) / gridDim.x;
-  const uint64_t lo = min(units, b * per), hi = min(units, lo + per);
-  const uint32_t kind = direct_kind(a), root = direct_root(a);
-  const bool per_peer = direct_per_peer(kind), folds = direct_folds(kind);
-  const uint64_t seg = a.count * sizeof(T);
-  const uint64_t own = a.input + (per_peer ? a.rank * seg : 0);
+  const LlSlice<T> s(a, b, g);
+  const uint64_t lo = s.lo, hi = s.hi, seg = s.seg;
+  const uint32_t kind = s.kind, root = s.root;
+  const bool per_peer = s.per_peer;
   bool sender = false;
   for (uint32_t p = 0; p < a.nranks; p++) sender |= p != a.rank && direct_sends(kind, a.rank, p, root);
-  // 1. push the header to every peer, this block's lines to those we send to
   if (tid == 0) {
     for (uint32_t p = 0; p < a.nranks; p++)
       if (p != a.rank) st_ll(a.put_data[p] + poff + a.ll_off + b * 16, a.meta, flag);
@@ -355,6 +411,20 @@ __device__ void direct_ll(const GcDirectArgs& a, uint64_t e, uint64_t poff, int*
           st_ll(a.put_data[p] + poff + a.ll_off + (GC_LL_HEADER_LINES + i) * 16, w, flag);
     }
   }
+}
+
+// LL steps 2-3 for (logical) block `b` of `g`: check the peers' headers,
+// then fold or place every unit as its line arrives.
+template <typename T, uint32_t OP>
+__device__ void direct_ll_take(const GcDirectArgs& a, uint64_t e, uint64_t poff, int* stop, uint64_t b, uint64_t g) {
+  constexpr int E8 = 8 / sizeof(T);
+  const GcArgs sa = direct_scale_args(a);
+  const uint64_t tid = threadIdx.x, nt = blockDim.x;
+  const uint32_t flag = (uint32_t)e;
+  const LlSlice<T> s(a, b, g);
+  const uint64_t lo = s.lo, hi = s.hi, seg = s.seg, own = s.own;
+  const uint32_t kind = s.kind, root = s.root;
+  const bool folds = s.folds;
   // 2. headers: the peers issued the same call
   if (tid == 0) {
     for (uint32_t p = 0; p < a.nranks && !*stop; p++) {
@@ -426,10 +496,13 @@ __device__ void direct_collective(const GcDirectArgs& a) {
   __syncthreads();
   const uint64_t e = epoch;
   const uint64_t poff = (e & 1) * a.parity_bytes;
+  const uint64_t b = blockIdx.x, g = gridDim.x;
   if (a.flags & GC_FLAG_LL) {
-    direct_ll<T, OP>(a, e, poff, &stop);
+    direct_ll_push<T>(a, e, poff, b, g);
+    direct_ll_take<T, OP>(a, e, poff, &stop, b, g);
   } else {
-    direct_simple<T, OP>(a, e, poff, &stop);
+    direct_simple_push<T>(a, e, poff, b, g);
+    direct_simple_take<T, OP>(a, e, poff, &stop, b, g);
   }
   const bool notify = a.flags & GC_FLAG_NOTIFY;
   // Every thread's output stores reach the GPU before its block counts

@@ -99,6 +99,49 @@ pub struct Config {
     /// (`Communicator::register`), `1` for every call whose buffers the
     /// driver can share with the peers, registered or not, `0` never.
     pub registered: RegisteredMode,
+    /// `GPUCOLL_RESIDENT`: on the CUDA backend, blocking calls that run as
+    /// a one-shot of one block (the small ones: up to 4 KiB a peer with
+    /// LL, 32 KiB with Simple) and come in a burst (the previous one
+    /// within [`resident_linger`](Self::resident_linger)) are posted to
+    /// one block that stays on the GPU between calls, instead of launching
+    /// a kernel each (stores and a poll instead of a launch and a wait for
+    /// it): `auto` (default) unless ranks of the communicator share a GPU,
+    /// `1` always, `0` never. The block holds one SM while it waits, and
+    /// leaves after the linger time without a call, before any other work
+    /// of the communicator, and at its end; a `cudaDeviceSynchronize`
+    /// meanwhile waits for it to leave. Per rank: ranks may differ.
+    pub resident: ResidentMode,
+    /// `GPUCOLL_RESIDENT_LINGER_US`: how long the resident block waits for
+    /// the next call before it leaves (default
+    /// [`DEFAULT_RESIDENT_LINGER_US`] µs).
+    pub resident_linger: Duration,
+}
+
+/// Default for `GPUCOLL_RESIDENT_LINGER_US`.
+pub const DEFAULT_RESIDENT_LINGER_US: u64 = 50;
+
+/// Whether blocking small calls run on a resident block
+/// (`GPUCOLL_RESIDENT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ResidentMode {
+    /// Every call is a kernel launch.
+    Off,
+    /// Always, even where ranks share a GPU.
+    On,
+    /// Unless ranks of the communicator share a GPU (their blocks would
+    /// take turns with the resident ones).
+    #[default]
+    Auto,
+}
+
+impl ResidentMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            ResidentMode::Off => "0",
+            ResidentMode::On => "1",
+            ResidentMode::Auto => "auto",
+        }
+    }
 }
 
 /// Calls moving fewer bytes than this (the tuner's size of the call) keep
@@ -169,6 +212,8 @@ impl Default for Config {
             legacy_stream_order: false,
             ce: CeMode::Auto,
             registered: RegisteredMode::Auto,
+            resident: ResidentMode::Auto,
+            resident_linger: Duration::from_micros(DEFAULT_RESIDENT_LINGER_US),
         }
     }
 }
@@ -302,6 +347,28 @@ impl Config {
         if let Some(v) = var("GPUCOLL_LEGACY_STREAM_ORDER") {
             c.legacy_stream_order = parse_bool("GPUCOLL_LEGACY_STREAM_ORDER", &v)?;
         }
+        if let Some(v) = var("GPUCOLL_RESIDENT") {
+            c.resident = match parse_auto("GPUCOLL_RESIDENT", &v)? {
+                None => ResidentMode::Auto,
+                Some(true) => ResidentMode::On,
+                Some(false) => ResidentMode::Off,
+            };
+        }
+        if let Some(v) = var("GPUCOLL_RESIDENT_LINGER_US") {
+            let us = v
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|&us| (1..=10_000_000).contains(&us))
+                .ok_or_else(|| {
+                    bad(
+                        "GPUCOLL_RESIDENT_LINGER_US",
+                        &v,
+                        "expected microseconds from 1 to 10000000",
+                    )
+                })?;
+            c.resident_linger = Duration::from_micros(us);
+        }
         Ok(c)
     }
 }
@@ -394,6 +461,44 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn resident_mode_and_linger() {
+        let d = parse(&[]).unwrap();
+        assert_eq!(d.resident, ResidentMode::Auto);
+        assert_eq!(
+            d.resident_linger,
+            Duration::from_micros(DEFAULT_RESIDENT_LINGER_US)
+        );
+        for (v, m) in [
+            ("0", ResidentMode::Off),
+            ("1", ResidentMode::On),
+            ("AUTO", ResidentMode::Auto),
+        ] {
+            assert_eq!(parse(&[("GPUCOLL_RESIDENT", v)]).unwrap().resident, m);
+        }
+        assert!(matches!(
+            parse(&[("GPUCOLL_RESIDENT", "sometimes")]),
+            Err(Error::Config {
+                name: "GPUCOLL_RESIDENT",
+                ..
+            })
+        ));
+        let c = parse(&[("GPUCOLL_RESIDENT_LINGER_US", " 50 ")]).unwrap();
+        assert_eq!(c.resident_linger, Duration::from_micros(50));
+        for v in ["0", "-3", "1.5", "10000001", "x"] {
+            assert!(
+                matches!(
+                    parse(&[("GPUCOLL_RESIDENT_LINGER_US", v)]),
+                    Err(Error::Config {
+                        name: "GPUCOLL_RESIDENT_LINGER_US",
+                        ..
+                    })
+                ),
+                "{v}"
+            );
+        }
     }
 
     #[test]

@@ -63,7 +63,7 @@ pub use backend::cuda::{
 pub use buffer::{Buffer, BufferMut, MemoryKind, RawBuffer};
 pub use coll::{CudaStreamRaw, Group, GroupProcess, Process, Registration};
 pub use comm::Communicator;
-pub use config::{CeMode, Config, RegisteredMode};
+pub use config::{CeMode, Config, RegisteredMode, ResidentMode};
 pub use datatype::{Datatype, Equivalence};
 pub use env::{initialize, initialize_with_threading, Threading, Universe};
 pub use error::{Error, Result};

@@ -1,6 +1,7 @@
 //! `--algos LIST`: the tuner's automatic choice against forced algorithms
 //! in one job. Each entry gets a communicator of its own, the world's
-//! duplicate with `GPUCOLL_ALGO` set to the entry (`auto`: unset). For every
+//! duplicate with `GPUCOLL_ALGO` set to the entry (`auto`: unset) and the
+//! entry's `+VAR=VALUE` settings (`auto+RESIDENT=0`). For every
 //! size, each of `--algo-rounds` rounds times every entry's calls in turn,
 //! so drift over the job (separate runs on simulated nodes differ by
 //! 10-25 %) falls on every entry alike; an entry's time is the median of
@@ -77,10 +78,14 @@ fn communicators(world: &Communicator, args: &Args) -> Result<Vec<Entry>, Fail> 
     args.algos
         .iter()
         .map(|name| {
-            let forced = (name != "auto").then(|| name.clone());
-            let config = Config::from_lookup(|var| match var {
-                "GPUCOLL_ALGO" => forced.clone(),
-                other => std::env::var(other).ok(),
+            let vars = crate::args::entry_vars(name).map_err(Fail::Usage)?;
+            let config = Config::from_lookup(|var| {
+                match vars.iter().find(|(k, _)| k == var) {
+                    Some((_, v)) => Some(v.clone()),
+                    // `auto` leaves GPUCOLL_ALGO unset whatever the job sets.
+                    None if var == "GPUCOLL_ALGO" => None,
+                    None => std::env::var(var).ok(),
+                }
             })
             .map_err(|e| Fail::Usage(format!("--algos {name}: {e}")))?;
             let comm = world

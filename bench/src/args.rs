@@ -251,9 +251,12 @@ Times gpucoll's collectives over a range of message sizes, nccl-tests style.
                             each gets a communicator of its own (the world's
                             duplicate with that GPUCOLL_ALGO) and, per size,
                             every round times each entry in turn, so drift
-                            between runs falls on all alike. Blocking, out
-                            of place; time = median of the rounds; each
-                            result checked; with --vs-mpi MPI's own beside
+                            between runs falls on all alike. An entry may
+                            add settings: auto+RESIDENT=0 is auto with
+                            GPUCOLL_RESIDENT=0 (ALGO[+VAR=VALUE]...).
+                            Blocking, out of place; time = median of the
+                            rounds; each result checked; with --vs-mpi
+                            MPI's own beside
       --algo-rounds N       rounds per size of --algos (default 3)
   -h, --help                this text
 
@@ -277,18 +280,53 @@ impl Args {
     }
 }
 
-/// `--algos`: `auto` and `GPUCOLL_ALGO` values, each once, judged by the
-/// library's own parser of that variable.
+/// The settings of one `--algos` entry `ALGO[+VAR=VALUE]...`: the
+/// `GPUCOLL_ALGO` value (none for `auto`), then each `VAR` (with or without
+/// its `GPUCOLL_` prefix) and its value, e.g. `auto+RESIDENT=0`.
+pub fn entry_vars(entry: &str) -> Result<Vec<(String, String)>, String> {
+    let mut parts = entry.split('+');
+    let algo = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+    if algo.is_empty() {
+        return Err(format!(
+            "--algos: {entry:?} names no algorithm (auto, ring, ...)"
+        ));
+    }
+    let mut vars = Vec::new();
+    if algo != "auto" {
+        vars.push(("GPUCOLL_ALGO".to_string(), algo));
+    }
+    for setting in parts {
+        let (var, value) = setting
+            .split_once('=')
+            .ok_or_else(|| format!("--algos: {setting:?} in {entry:?} is not VAR=VALUE"))?;
+        let var = var.trim().to_ascii_uppercase();
+        let var = if var.starts_with("GPUCOLL_") {
+            var
+        } else {
+            format!("GPUCOLL_{var}")
+        };
+        vars.push((var, value.trim().to_string()));
+    }
+    Ok(vars)
+}
+
+/// `--algos`: entries of `auto` or a `GPUCOLL_ALGO` value, each with
+/// optional `+VAR=VALUE` settings ([`entry_vars`]), each entry once, judged
+/// by the library's own parser of those variables.
 fn parse_algos(value: &str) -> Result<Vec<String>, String> {
     let mut out: Vec<String> = Vec::new();
-    for name in value.split(',').map(|s| s.trim().to_ascii_lowercase()) {
+    for entry in value.split(',').map(str::trim) {
+        // The algorithm in lower case, settings as given.
+        let name = match entry.split_once('+') {
+            Some((algo, rest)) => format!("{}+{rest}", algo.trim().to_ascii_lowercase()),
+            None => entry.to_ascii_lowercase(),
+        };
         if name.is_empty() {
             return Err(format!("--algos: empty entry in {value:?}"));
         }
-        if name != "auto" {
-            gpucoll::Config::from_lookup(|v| (v == "GPUCOLL_ALGO").then(|| name.clone()))
-                .map_err(|e| format!("--algos: {e}"))?;
-        }
+        let vars = entry_vars(&name)?;
+        gpucoll::Config::from_lookup(|v| vars.iter().find(|(k, _)| k == v).map(|(_, x)| x.clone()))
+            .map_err(|e| format!("--algos: {e}"))?;
         if out.contains(&name) {
             return Err(format!("--algos: {name} is listed twice"));
         }
@@ -803,6 +841,34 @@ mod tests {
             assert!(p(bad).is_err(), "{bad}");
         }
         assert!(USAGE.contains("--algos LIST"));
+        let a = p("--algos Auto+RESIDENT=0,auto+GPUCOLL_RESIDENT=1,ring+nchannels=4").unwrap();
+        assert_eq!(
+            a.algos,
+            [
+                "auto+RESIDENT=0",
+                "auto+GPUCOLL_RESIDENT=1",
+                "ring+nchannels=4"
+            ]
+        );
+        assert_eq!(
+            entry_vars(&a.algos[0]).unwrap(),
+            [("GPUCOLL_RESIDENT".to_string(), "0".to_string())]
+        );
+        assert_eq!(
+            entry_vars(&a.algos[2]).unwrap(),
+            [
+                ("GPUCOLL_ALGO".to_string(), "ring".to_string()),
+                ("GPUCOLL_NCHANNELS".to_string(), "4".to_string())
+            ]
+        );
+        for bad in [
+            "--algos auto+RESIDENT",
+            "--algos auto+RESIDENT=maybe",
+            "--algos +RESIDENT=1",
+            "--algos auto+NCHANNELS=0",
+        ] {
+            assert!(p(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

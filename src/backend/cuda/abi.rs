@@ -217,6 +217,57 @@ pub(crate) struct GcDirectCtl {
     pub pad: u32,
 }
 
+/// `GC_RESIDENT_ARGS_OFF`: the posted call's LL lines in the resident
+/// kernel's mailbox, after the `GcResidentBox` header.
+pub(crate) const RESIDENT_ARGS_OFF: u64 = 64;
+/// `GC_RESIDENT_LINES`: a `GcDirectArgs` as 8-byte words, then one word of
+/// datatype and grid, each in a 16-byte LL line.
+pub(crate) const RESIDENT_LINES: u64 = 47;
+/// `GC_DT_*`: the resident kernel's datatypes.
+pub(crate) const DT_U8: u32 = 0;
+pub(crate) const DT_U32: u32 = 1;
+pub(crate) const DT_U64: u32 = 2;
+pub(crate) const DT_F16: u32 = 3;
+pub(crate) const DT_BF16: u32 = 4;
+pub(crate) const DT_F32: u32 = 5;
+pub(crate) const DT_F64: u32 = 6;
+
+/// The resident kernel's code for the kernel datatype of `dtype`.
+pub(crate) fn resident_dtype(dtype: Datatype) -> u32 {
+    match kernel_dtype(dtype) {
+        Datatype::U8 => DT_U8,
+        Datatype::U32 => DT_U32,
+        Datatype::U64 => DT_U64,
+        Datatype::F16 => DT_F16,
+        Datatype::BF16 => DT_BF16,
+        Datatype::F32 => DT_F32,
+        _ => DT_F64,
+    }
+}
+
+/// `GcResidentBox`: the header of the resident kernel's mailbox in pinned
+/// host memory (written through volatile stores by both sides; mirrored
+/// for the layout test and for its offsets).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct GcResidentBox {
+    pub quit: u64,
+    pub left_gen: u64,
+    pub left_taken: u64,
+    pub pad: [u64; 5],
+}
+
+/// `GcResidentArgs`: the resident kernel's arguments.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct GcResidentArgs {
+    pub mailbox: u64,
+    pub gen: u64,
+    pub taken: u64,
+    pub linger_ns: u64,
+    pub abort_word: u64,
+}
+
 /// `GcPeerArgs`: the peer kernels' arguments (registered buffers).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -241,6 +292,9 @@ const _: () = assert!(std::mem::size_of::<GcChan>() == 16);
 const _: () = assert!(std::mem::size_of::<GcGroupEntry>() == 16);
 const _: () = assert!(std::mem::size_of::<GcChanStatus>() == 64);
 const _: () = assert!(std::mem::size_of::<GcArgs>() == 120);
+const _: () = assert!(std::mem::size_of::<GcResidentBox>() as u64 == RESIDENT_ARGS_OFF);
+const _: () = assert!(std::mem::size_of::<GcResidentArgs>() == 40);
+const _: () = assert!(std::mem::size_of::<GcDirectArgs>() as u64 / 8 + 1 == RESIDENT_LINES);
 
 #[cfg(test)]
 mod layout_tests {
@@ -396,6 +450,25 @@ mod layout_tests {
                 }),
             ),
             (
+                "GcResidentBox",
+                rust_layout!(GcResidentBox {
+                    quit,
+                    left_gen,
+                    left_taken,
+                    pad
+                }),
+            ),
+            (
+                "GcResidentArgs",
+                rust_layout!(GcResidentArgs {
+                    mailbox,
+                    gen,
+                    taken,
+                    linger_ns,
+                    abort_word
+                }),
+            ),
+            (
                 "GcPeerArgs",
                 rust_layout!(GcPeerArgs {
                     count,
@@ -505,6 +578,15 @@ mod layout_tests {
             ("GC_OP_LOR", OP_LOR.into()),
             ("GC_OP_LXOR", OP_LXOR.into()),
             ("GC_OP_SIGNED", OP_SIGNED.into()),
+            ("GC_RESIDENT_ARGS_OFF", RESIDENT_ARGS_OFF),
+            ("GC_RESIDENT_LINES", RESIDENT_LINES),
+            ("GC_DT_U8", DT_U8.into()),
+            ("GC_DT_U32", DT_U32.into()),
+            ("GC_DT_U64", DT_U64.into()),
+            ("GC_DT_F16", DT_F16.into()),
+            ("GC_DT_BF16", DT_BF16.into()),
+            ("GC_DT_F32", DT_F32.into()),
+            ("GC_DT_F64", DT_F64.into()),
             ("GC_OP_MASK", OP_MASK.into()),
         ]
     }

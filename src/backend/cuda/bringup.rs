@@ -18,13 +18,14 @@ use super::memory::{bind, DevMem, DeviceCtx};
 use super::module::Kernels;
 use super::net::{self, NetLayout, NetProxy};
 use super::profile::HostProfile;
+use super::resident::Resident;
 use super::shm::{self, Segment};
 use super::state::Inner;
 use crate::backend::shared::calibrate;
 use crate::backend::shared::failure::Failure;
 use crate::backend::shared::liveness::PeerLiveness;
 use crate::backend::shared::setup::{self, random_tag};
-use crate::config::Config;
+use crate::config::{Config, ResidentMode};
 use crate::error::{Error, Result};
 use crate::mpi::MpiComm;
 use crate::mpi::Threading;
@@ -110,6 +111,8 @@ struct Agreed {
     layout: Layout,
     /// Ranks on other nodes, reached through NET connectors.
     net_layout: NetLayout,
+    /// Ranks of the communicator on the GPU that has the most of them.
+    sharers: usize,
 }
 
 /// Stage 2: identities, device ordinals, P2P feasibility, channels and
@@ -249,6 +252,7 @@ fn negotiate(
         transport,
         layout,
         net_layout,
+        sharers,
     })
 }
 
@@ -549,6 +553,20 @@ impl CudaBackend {
             .map(|&r| (r, a.pids[r]))
             .collect();
         let ce = CopyEngines::new(ctx.ordinal, config.registered);
+        let resident = match config.resident {
+            ResidentMode::On => true,
+            ResidentMode::Auto => a.sharers <= 1,
+            ResidentMode::Off => false,
+        };
+        // Local: without it this rank launches every call, which the
+        // peers cannot tell from a resident block.
+        let resident = if resident && a.layout.direct {
+            Resident::create(config.resident_linger, config.legacy_stream_order)
+                .map_err(|e| tracing::warn!(rank, "resident block unavailable: {e}"))
+                .ok()
+        } else {
+            None
+        };
         let inner = Arc::new(Inner {
             ce,
             profile: HostProfile::from_env(),
@@ -572,6 +590,7 @@ impl CudaBackend {
             store: StepStore::default(),
             events: EventPool::default(),
             order: Mutex::new(Default::default()),
+            resident,
             graph_keep: Mutex::new(Vec::new()),
         });
         let caps = caps(&a.layout, a.transport, inter_costs);
@@ -612,6 +631,7 @@ fn log_ready(inner: &Inner, topo: &Topology, a: &Agreed) {
         fifo_bytes = a.layout.total(),
         net_bytes = if topo.nnodes() > 1 { a.net_layout.total() } else { 0 },
         peers = %peers,
+        resident = inner.resident.is_some(),
         "cuda backend ready"
     );
 }

@@ -507,6 +507,11 @@ pub(crate) fn stream_query(s: CUstream) -> Result<bool> {
     Ok(true)
 }
 
+/// Whether the legacy default stream has nothing queued or running.
+pub(crate) fn legacy_stream_idle() -> Result<bool> {
+    stream_query(std::ptr::null_mut())
+}
+
 pub(crate) fn event_create() -> Result<CUevent> {
     let mut e = std::ptr::null_mut();
     // SAFETY: writes one event handle.

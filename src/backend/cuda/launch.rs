@@ -1,7 +1,7 @@
 //! Kernel launches: one block of [`THREADS`] threads per channel for the
 //! step interpreter, `grid` blocks for a one-shot or a peer kernel.
 
-use super::abi::{GcArgs, GcDirectArgs, GcPeerArgs};
+use super::abi::{GcArgs, GcDirectArgs, GcPeerArgs, GcResidentArgs};
 use super::driver::{self, CUstream};
 use super::module::Kernels;
 use crate::datatype::Datatype;
@@ -87,4 +87,20 @@ pub(super) unsafe fn peer(
             &mut params,
         )
     }
+}
+
+/// Launch the resident block (`gc_resident`, one block).
+///
+/// # Safety
+/// The mailbox in `args` stays mapped until the kernel left, and every
+/// call posted to it meets the contract of [`direct`].
+pub(super) unsafe fn resident(
+    kernels: &Kernels,
+    mut args: GcResidentArgs,
+    stream: CUstream,
+) -> Result<()> {
+    let mut params = [&mut args as *mut GcResidentArgs as *mut c_void];
+    // SAFETY: one GcResidentArgs by value as the kernel expects; the
+    // mailbox outlives the kernel (this function's contract).
+    unsafe { driver::launch(kernels.resident, 1, THREADS, stream, &mut params) }
 }

@@ -29,6 +29,7 @@
 //! | `module.rs` | the embedded fatbin and its kernels |
 //! | `order.rs` | order of submissions across streams; caller-stream checks |
 //! | `pending.rs` | `CudaPending`: completion, progress, timeout, abort |
+//! | `resident.rs` | the resident block: blocking one-shots posted to a block that stays on the GPU (`GPUCOLL_RESIDENT`) |
 //! | `watchdog.rs` | the thread that completes work queued on callers' streams |
 //! | `guard.rs` | the thread that watches the node's peers once work was captured into a graph |
 //! | `handles.rs` | owning driver handles (module, stream, event, IPC mapping, host registration) |
@@ -74,6 +75,7 @@ mod net;
 mod order;
 mod pending;
 mod profile;
+mod resident;
 mod shm;
 mod staging;
 mod state;

@@ -18,6 +18,8 @@ pub(super) struct Kernels {
     pub direct: [CUfunction; 10],
     /// Collectives on registered buffers (`gc_peer_*`).
     pub peer: [CUfunction; 10],
+    /// The resident block of blocking one-shots (`gc_resident`, every datatype).
+    pub resident: CUfunction,
     /// Unloaded last: the functions above belong to it.
     _module: Module,
 }
@@ -61,10 +63,12 @@ impl Kernels {
                 table[d as usize] = driver::module_function(module.raw(), &name)?;
             }
         }
+        let resident = driver::module_function(module.raw(), c"gc_resident")?;
         Ok(Kernels {
             steps,
             direct,
             peer,
+            resident,
             _module: module,
         })
     }

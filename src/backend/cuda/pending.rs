@@ -58,6 +58,10 @@ pub(super) struct CudaPending {
     pub done_tag: Option<u64>,
     /// The stream the work was queued on (raw handle).
     pub stream: usize,
+    /// Posted to the resident block as its call number `n`: the block's
+    /// stream ends only when the block leaves, and a block that left
+    /// without taking the call is launched again.
+    pub resident: Option<u64>,
     pub res: Option<Resources>,
     pub seq: u64,
     pub done: Option<Result<()>>,
@@ -94,6 +98,7 @@ impl CudaPending {
             started: None,
             done_tag: None,
             stream,
+            resident: None,
             res: None,
             seq,
             done: None,
@@ -231,12 +236,37 @@ impl CudaPending {
         })
     }
 
-    /// Whether the submission's kernels completed.
+    /// Whether the submission's kernels completed (for a resident call:
+    /// the block left, having taken it).
     fn complete(&self) -> Result<bool> {
+        if let (Some(n), Some(r)) = (self.resident, &self.inner.resident) {
+            if !driver::stream_query(r.stream())? {
+                return Ok(false);
+            }
+            // The block left: it took the call (and stopped in it), or it
+            // left before the call, which a new launch then takes.
+            if r.lost(n) {
+                r.recover(n, &self.inner.launcher())?;
+                return Ok(false);
+            }
+            return Ok(true);
+        }
         match &self.event {
             Some(e) => driver::event_query(e.raw()),
             None => driver::stream_query(self.inner.stream.raw()),
         }
+    }
+
+    /// A resident call whose block left before taking it goes to a new
+    /// launch at once (a host word read; the stream is queried only every
+    /// [`CHECK_EVERY`]).
+    fn recover_resident(&self) -> Result<()> {
+        if let (Some(n), Some(r)) = (self.resident, &self.inner.resident) {
+            if r.lost(n) {
+                r.recover(n, &self.inner.launcher())?;
+            }
+        }
+        Ok(())
     }
 
     /// One step of progress; Some(result) once finished. `bound`: the
@@ -252,6 +282,7 @@ impl CudaPending {
             if self.done_stored() {
                 return self.finish().map(Some);
             }
+            self.recover_resident()?;
             if self.done_tag.is_none() && self.complete()? {
                 return self.finish().map(Some);
             }

@@ -12,6 +12,7 @@ use super::module::Kernels;
 use super::net::NetProxy;
 use super::order::Order;
 use super::profile::HostProfile;
+use super::resident::{Launcher, Resident};
 use super::shm::Segment;
 use crate::backend::shared::failure::{Failure, NodeSegments};
 use crate::backend::shared::liveness::PeerLiveness;
@@ -61,6 +62,8 @@ pub(super) struct Inner {
     pub events: EventPool,
     /// Orders consecutive submissions that go to different streams.
     pub order: Mutex<Order>,
+    /// The resident block of blocking one-shots (`GPUCOLL_RESIDENT`).
+    pub resident: Option<Resident>,
     /// What the kernels of captured CUDA graphs read (step tables with their
     /// pinned staging, scratch memory): kept unchanged for the backend's
     /// life, since the graph may be replayed at any time.
@@ -79,6 +82,23 @@ unsafe impl Send for Inner {}
 unsafe impl Sync for Inner {}
 
 impl Inner {
+    /// What the resident block needs to launch a generation.
+    pub(super) fn launcher(&self) -> Launcher<'_> {
+        Launcher {
+            kernels: &self.kernels,
+            order: &self.order,
+            own: self.stream.raw(),
+            abort_word: self.target.abort_word,
+        }
+    }
+
+    /// Send the resident block away before other work of this backend.
+    pub(super) fn resident_quit(&self) {
+        if let Some(r) = &self.resident {
+            r.quit();
+        }
+    }
+
     /// The NET proxy's failure, if it failed.
     pub(super) fn net_error(&self) -> Option<Error> {
         self.net.as_ref().and_then(|n| n.error())
@@ -123,6 +143,9 @@ impl Drop for Inner {
             // No usable context: skip the barrier; the fields release what
             // they own (the driver calls take explicit handles).
             return;
+        }
+        if let Some(r) = &self.resident {
+            r.stop(DRAIN_LIMIT);
         }
         if self.state_error().is_some() {
             // Failed work may wait in copy-engine handshakes that no peer

@@ -88,6 +88,14 @@ impl Inner {
             ));
         }
         self.profile.lap(&mut clock, Phase::Lower);
+        if blocking && !user {
+            if let Some(p) = self.try_resident(&mut lowered, &mut res, launch.first_seq)? {
+                self.profile.lap(&mut clock, Phase::Launch);
+                return Ok(p);
+            }
+        }
+        // Anything else runs after the resident block left.
+        self.resident_quit();
         let event = if blocking || captured {
             None
         } else {
@@ -255,6 +263,39 @@ impl Inner {
         }
         self.profile.lap(&mut clock, Phase::Record);
         Ok(pending)
+    }
+
+    /// Post a blocking call that lowered to one one-shot to the resident
+    /// block, if there is one and it takes the call (the pending call then
+    /// holds `res`); `Ok(None)` leaves everything for a launch.
+    fn try_resident(
+        self: &Arc<Self>,
+        lowered: &mut Lowered,
+        res: &mut Resources,
+        first_seq: u64,
+    ) -> Result<Option<CudaPending>> {
+        let Some(r) = &self.resident else {
+            return Ok(None);
+        };
+        let plain = lowered.steps.is_empty() && lowered.rail_jobs.is_empty();
+        let (args, dtype, grid) = match lowered.items.as_mut_slice() {
+            [Item::Direct { args, dtype, grid }] if plain => (args, *dtype, *grid),
+            _ => return Ok(None),
+        };
+        if !r.takes(grid)? {
+            return Ok(None);
+        }
+        args.flags |= FLAG_NOTIFY;
+        let tag = (args.meta >> 32) + 1;
+        let mut pending = CudaPending::new(self.clone(), None, first_seq, r.stream() as usize);
+        pending.res = Some(std::mem::take(res));
+        // SAFETY: the call's buffers stay valid until it completed
+        // (`submit`'s contract); the direct areas live as long as the backend.
+        let n = unsafe { r.post(args, dtype, grid, &self.launcher())? };
+        pending.done_tag = Some(tag);
+        pending.resident = Some(n);
+        lowered.items.clear();
+        Ok(Some(pending))
     }
 
     /// Resolve every call's buffers (staging host memory into `res`) and

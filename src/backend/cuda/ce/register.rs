@@ -111,6 +111,7 @@ impl Inner {
         // work queued so far (on any stream: `before` joins the last one
         // into ours) is done.
         let own = self.stream.raw();
+        self.resident_quit();
         self.order
             .lock()
             .unwrap_or_else(|p| p.into_inner())
