@@ -246,7 +246,7 @@ impl CudaPending {
             // The block left: it took the call (and stopped in it), or it
             // left before the call, which a new launch then takes.
             if r.lost(n) {
-                r.recover(n, &self.inner.launcher())?;
+                self.recover_resident()?;
                 return Ok(false);
             }
             return Ok(true);
@@ -260,9 +260,14 @@ impl CudaPending {
     /// A resident call whose block left before taking it goes to a new
     /// launch at once (a host word read; the stream is queried only every
     /// [`CHECK_EVERY`]).
+    /// After the abort word went up, a block left without the call and a
+    /// new one would leave at once: the call fails instead.
     fn recover_resident(&self) -> Result<()> {
         if let (Some(n), Some(r)) = (self.resident, &self.inner.resident) {
             if r.lost(n) {
+                if self.inner.own().abort_word() != 0 {
+                    return Err(self.abort_error());
+                }
                 r.recover(n, &self.inner.launcher())?;
             }
         }

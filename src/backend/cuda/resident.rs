@@ -113,11 +113,12 @@ impl Resident {
         self.stream.raw()
     }
 
-    /// Whether a blocking one-shot of `grid` logical blocks is posted now: while a block waits, or when the previous such call
-    /// came within the linger time (a burst: a block launched now serves
-    /// the calls after it). A lone call keeps its launch, which costs less
-    /// than a block's start (one H200: 14 µs launched, 20 when the block
-    /// had to start for it).
+    /// Whether a blocking one-shot of `grid` logical blocks is posted now:
+    /// while a block waits, or when the previous such call came within the
+    /// linger time (a burst: a block launched now serves the calls after
+    /// it). A lone call keeps its launch, which costs less than a block's
+    /// start (one H200: 14 µs launched, 20 when the block had to start
+    /// for it).
     pub(super) fn takes(&self, grid: u32) -> Result<bool> {
         if grid > RESIDENT_MAX_GRID {
             return Ok(false);
