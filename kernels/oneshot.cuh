@@ -3,14 +3,14 @@
 // segments of `count` elements (GC_DIRECT_KIND_SHIFT says which segment
 // goes to which peer and what happens to what arrives), every block
 // independent except for the launch counter:
-//  0. every block reads the epoch e = ctl.epoch + 1 (the last block to
-//     finish a launch advances ctl.epoch, so all blocks of one launch agree
-//     and a replayed graph gets a fresh epoch); parity = e & 1 selects one of
-//     two copies of every inbox and flag.
+//  0. every block reads the epoch e = 1 + the largest of ctl.epochs[] (each
+//     block of a launch stores its epoch there at its end, so all blocks of
+//     the next launch agree and a replayed graph gets a fresh epoch);
+//     parity = e & 1 selects one of two copies of every inbox and flag.
 //  Simple (GC_FLAG_LL clear):
-//  1. block b pushes its slice of (the peer's segment of) pre(input) into
-//     every peer's inbox (NVLink stores), fences, then writes meta and
-//     (fenced) epoch into the peer's flag [us][b];
+//  1. block b writes meta into the peer's flag [us][b], pushes its slice
+//     of (the peer's segment of) pre(input) into every peer's inbox
+//     (NVLink stores), fences, then writes the epoch into that flag;
 //  2. it waits until every peer's flag [peer][b] in our memory reached e and
 //     checks its meta;
 //  3. reductions: it folds its slice in rank order (own pre(input) segment
@@ -33,6 +33,25 @@
 #include "gpucoll.cuh"
 #include "primitives.cuh"
 #include "reduce.cuh"
+
+// The epoch of the launch (or resident call) about to run: one more than
+// the largest any block stored (GcDirectCtl). Every thread calls
+// direct_epoch_load (threads 0..63 read one entry each), then
+// direct_epoch_max with its value (one barrier; `slots` is shared memory
+// for the two warps' maxima).
+__device__ __forceinline__ uint64_t direct_epoch_load(const GcDirectCtl* ctl) {
+  static_assert(GC_DIRECT_MAX_BLOCKS == 64, "two warps read the epochs");
+  return threadIdx.x < GC_DIRECT_MAX_BLOCKS ? ld_vol64((uint64_t)&ctl->epochs[threadIdx.x]) : 0;
+}
+__device__ __forceinline__ uint64_t direct_epoch_max(uint64_t v, uint64_t* slots) {
+  const uint32_t tid = threadIdx.x;
+  if (tid < GC_DIRECT_MAX_BLOCKS) {
+    for (int d = 16; d > 0; d >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, d));
+    if ((tid & 31) == 0) slots[tid >> 5] = v;
+  }
+  __syncthreads();
+  return max(slots[0], slots[1]) + 1;
+}
 
 // The collective of a direct launch (GC_DIRECT_*) and its root.
 __device__ __forceinline__ uint32_t direct_kind(const GcDirectArgs& a) { return (a.flags >> GC_DIRECT_KIND_SHIFT) & 15u; }
@@ -200,6 +219,13 @@ __device__ void direct_simple_push(const GcDirectArgs& a, uint64_t e, uint64_t p
   // Whether this rank pushes any data (rooted collectives: root or not).
   bool sender = false;
   for (uint32_t p = 0; p < a.nranks; p++) sender |= p != a.rank && direct_sends(kind, a.rank, p, root);
+  // The meta goes first: a peer reads it only after our epoch below, and
+  // it last read this parity's meta two launches ago, before it pushed the
+  // launch we finished last.
+  if (tid == 0) {
+    for (uint32_t p = 0; p < a.nranks; p++)
+      if (p != a.rank) st_vol64((uint64_t)&(reinterpret_cast<GcFlag*>(a.put_flag[p] + poff) + b)->meta, a.meta);
+  }
   // 1. push (the whole input to all at once, or segment p to peer p)
   for (uint32_t q = 0; sender && q < (per_peer ? a.nranks : 1u); q++) {
     if (per_peer && q == a.rank) continue;
@@ -221,16 +247,13 @@ __device__ void direct_simple_push(const GcDirectArgs& a, uint64_t e, uint64_t p
           reinterpret_cast<T*>(a.put_data[p] + poff + off)[i] = v;
     }
   }
-  __threadfence_system();
+  // One system fence after the barrier orders every thread's pushes (and
+  // the meta) before the epochs: the barrier puts them before the fence.
   __syncthreads();
   if (tid == 0) {
-    for (uint32_t p = 0; p < a.nranks; p++) {
-      if (p == a.rank) continue;
-      GcFlag* f = reinterpret_cast<GcFlag*>(a.put_flag[p] + poff) + b;
-      st_vol64((uint64_t)&f->meta, a.meta);
-      __threadfence_system();
-      st_vol64((uint64_t)&f->epoch, e);
-    }
+    __threadfence_system();
+    for (uint32_t p = 0; p < a.nranks; p++)
+      if (p != a.rank) st_vol64((uint64_t)&(reinterpret_cast<GcFlag*>(a.put_flag[p] + poff) + b)->epoch, e);
   }
 }
 
@@ -486,18 +509,15 @@ __device__ void direct_ll_take(const GcDirectArgs& a, uint64_t e, uint64_t poff,
 
 template <typename T, uint32_t OP>
 __device__ void direct_collective(const GcDirectArgs& a) {
-  __shared__ uint64_t epoch;
+  __shared__ uint64_t slots[2];
   __shared__ int stop;
   GcDirectCtl* ctl = reinterpret_cast<GcDirectCtl*>(a.ctl);
-  if (threadIdx.x == 0) {
-    epoch = ld_vol64((uint64_t)&ctl->epoch) + 1;
-    stop = 0;
-  }
-  __syncthreads();
-  const uint64_t e = epoch;
-  const uint64_t poff = (e & 1) * a.parity_bytes;
   const uint64_t b = blockIdx.x, g = gridDim.x;
-  if (a.flags & GC_FLAG_LL) {
+  const bool ll = a.flags & GC_FLAG_LL;
+  if (threadIdx.x == 0) stop = 0;
+  const uint64_t e = direct_epoch_max(direct_epoch_load(ctl), slots);
+  const uint64_t poff = (e & 1) * a.parity_bytes;
+  if (ll) {
     direct_ll_push<T>(a, e, poff, b, g);
     direct_ll_take<T, OP>(a, e, poff, &stop, b, g);
   } else {
@@ -506,24 +526,24 @@ __device__ void direct_collective(const GcDirectArgs& a) {
   }
   const bool notify = a.flags & GC_FLAG_NOTIFY;
   // Every thread's output stores reach the GPU before its block counts
-  // (only when the host is told: the fence is not free).
-  if (notify) __threadfence();
+  // (only when the host is told and other blocks count too).
+  if (notify && g > 1) __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0 && !stop) {
-    // Every block read the epoch at its start, so the last one to finish
-    // may advance it for the next launch (stream order publishes it), and
-    // tell a waiting host (GcChanStatus::done; a stopped launch never does:
-    // the host then sees the end through the stream).
+  if (threadIdx.x != 0 || stop) return;
+  // The next launch reads it (stream order publishes it); a stopped block
+  // stores nothing and never tells the host, which then sees the end
+  // through the stream.
+  ctl->epochs[b] = e;
+  if (!notify) return;
+  if (g > 1) {
     __threadfence();
-    if (atomicAdd(&ctl->done, 1u) == gridDim.x - 1) {
-      ctl->done = 0;
-      ctl->epoch = e;
-      if (notify) {
-        __threadfence_system();
-        st_vol64(a.status + offsetof(GcChanStatus, done), (a.meta >> 32) + 1);
-      }
-    }
+    if (atomicAdd(&ctl->done, 1u) != g - 1) return;
+    ctl->done = 0;
   }
+  // The last block tells a waiting host (GcChanStatus::done): thread 0's
+  // system fence after the barrier orders every thread's output before it.
+  __threadfence_system();
+  st_vol64(a.status + offsetof(GcChanStatus, done), (a.meta >> 32) + 1);
 }
 
 template <typename T> struct DirectOp {

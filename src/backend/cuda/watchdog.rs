@@ -21,6 +21,10 @@ const WATCH_POLL: Duration = Duration::from_micros(500);
 struct Watch {
     queue: Mutex<Vec<CudaPending>>,
     wake: Condvar,
+    /// Whether the thread waits on `wake` (read and written under the
+    /// queue lock): a push wakes it only then, since a notify costs a
+    /// system call on every queued call otherwise.
+    idle: AtomicBool,
     stop: AtomicBool,
     failed: AtomicBool,
     error: Mutex<Option<Error>>,
@@ -58,7 +62,9 @@ impl Watch {
         loop {
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
             while work.is_empty() && q.is_empty() && !self.stop.load(Ordering::Acquire) {
+                self.idle.store(true, Ordering::Relaxed);
                 q = self.wake.wait(q).unwrap_or_else(|p| p.into_inner());
+                self.idle.store(false, Ordering::Relaxed);
             }
             work.append(&mut q);
             drop(q);
@@ -144,12 +150,13 @@ impl Watchdog {
 
     /// Watch `p` until it completed.
     pub(super) fn push(&self, p: CudaPending) {
-        self.watch
-            .queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(p);
-        self.watch.wake.notify_one();
+        let mut q = self.watch.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.push(p);
+        let idle = self.watch.idle.load(Ordering::Relaxed);
+        drop(q);
+        if idle {
+            self.watch.wake.notify_one();
+        }
     }
 
     /// The first failure of watched work, if any.

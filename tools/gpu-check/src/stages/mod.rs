@@ -7,6 +7,7 @@ mod churn;
 mod dead_peer;
 mod graph;
 mod interop;
+mod mismatch;
 mod oom;
 mod raw;
 mod register;
@@ -22,6 +23,7 @@ use gpucoll::mpi::MpiComm;
 use gpucoll::{Communicator, DeviceBuffer};
 use graph::stage_graph;
 use interop::stage_interop;
+use mismatch::stage_mismatch;
 use oom::stage_oom;
 use raw::stage_raw;
 use register::stage_register;
@@ -113,6 +115,7 @@ pub(crate) fn run_stage(
         "raw" => stage_raw(world, log),
         "graph" => stage_graph(world, log),
         "timeout" => stage_timeout(world, mpi, log),
+        "mismatch" => stage_mismatch(world, mpi, log),
         "churn" => stage_churn(world, log),
         "ce_churn" => stage_ce_churn(world, log),
         "register" => stage_register(world, log),
