@@ -183,17 +183,13 @@ struct GcFlag {
 };
 
 // The launch counter of the direct kernels, in the rank's own device
-// memory (zeroed at creation): every block b of a launch stores the
-// launch's epoch into epochs[b] when it finished, and every block of the
-// next launch reads all of them and takes the largest plus one. So all
-// blocks of a launch agree whatever the grids, a replayed CUDA graph sees
-// fresh epochs, and no block waits for another's count (a fence and an
-// atomic cost ~0.5 us a launch). Only a launch the host waits for counts
-// its finished blocks, for the last one to tell the host.
+// memory: read by every block at its start, advanced by the last block to
+// finish (the only block of a one-block launch stores it without counting),
+// so a replayed CUDA graph sees fresh epochs.
 struct GcDirectCtl {
-  uint32_t done;  // blocks of the running notify launch that finished
+  uint64_t epoch;  // epochs completed
+  uint32_t done;   // blocks of the running launch that finished
   uint32_t pad;
-  uint64_t epochs[GC_DIRECT_MAX_BLOCKS];
 };
 
 // Kernel arguments of the direct kernels (passed by value): 368 bytes.

@@ -3,10 +3,10 @@
 // segments of `count` elements (GC_DIRECT_KIND_SHIFT says which segment
 // goes to which peer and what happens to what arrives), every block
 // independent except for the launch counter:
-//  0. every block reads the epoch e = 1 + the largest of ctl.epochs[] (each
-//     block of a launch stores its epoch there at its end, so all blocks of
-//     the next launch agree and a replayed graph gets a fresh epoch);
-//     parity = e & 1 selects one of two copies of every inbox and flag.
+//  0. every block reads the epoch e = ctl.epoch + 1 (the last block to
+//     finish a launch advances ctl.epoch, so all blocks of one launch agree
+//     and a replayed graph gets a fresh epoch); parity = e & 1 selects one of
+//     two copies of every inbox and flag.
 //  Simple (GC_FLAG_LL clear):
 //  1. block b writes meta into the peer's flag [us][b], pushes its slice
 //     of (the peer's segment of) pre(input) into every peer's inbox
@@ -33,25 +33,6 @@
 #include "gpucoll.cuh"
 #include "primitives.cuh"
 #include "reduce.cuh"
-
-// The epoch of the launch (or resident call) about to run: one more than
-// the largest any block stored (GcDirectCtl). Every thread calls
-// direct_epoch_load (threads 0..63 read one entry each), then
-// direct_epoch_max with its value (one barrier; `slots` is shared memory
-// for the two warps' maxima).
-__device__ __forceinline__ uint64_t direct_epoch_load(const GcDirectCtl* ctl) {
-  static_assert(GC_DIRECT_MAX_BLOCKS == 64, "two warps read the epochs");
-  return threadIdx.x < GC_DIRECT_MAX_BLOCKS ? ld_vol64((uint64_t)&ctl->epochs[threadIdx.x]) : 0;
-}
-__device__ __forceinline__ uint64_t direct_epoch_max(uint64_t v, uint64_t* slots) {
-  const uint32_t tid = threadIdx.x;
-  if (tid < GC_DIRECT_MAX_BLOCKS) {
-    for (int d = 16; d > 0; d >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, d));
-    if ((tid & 31) == 0) slots[tid >> 5] = v;
-  }
-  __syncthreads();
-  return max(slots[0], slots[1]) + 1;
-}
 
 // The collective of a direct launch (GC_DIRECT_*) and its root.
 __device__ __forceinline__ uint32_t direct_kind(const GcDirectArgs& a) { return (a.flags >> GC_DIRECT_KIND_SHIFT) & 15u; }
@@ -509,15 +490,18 @@ __device__ void direct_ll_take(const GcDirectArgs& a, uint64_t e, uint64_t poff,
 
 template <typename T, uint32_t OP>
 __device__ void direct_collective(const GcDirectArgs& a) {
-  __shared__ uint64_t slots[2];
+  __shared__ uint64_t epoch;
   __shared__ int stop;
   GcDirectCtl* ctl = reinterpret_cast<GcDirectCtl*>(a.ctl);
-  const uint64_t b = blockIdx.x, g = gridDim.x;
-  const bool ll = a.flags & GC_FLAG_LL;
-  if (threadIdx.x == 0) stop = 0;
-  const uint64_t e = direct_epoch_max(direct_epoch_load(ctl), slots);
+  if (threadIdx.x == 0) {
+    epoch = ld_vol64((uint64_t)&ctl->epoch) + 1;
+    stop = 0;
+  }
+  __syncthreads();
+  const uint64_t e = epoch;
   const uint64_t poff = (e & 1) * a.parity_bytes;
-  if (ll) {
+  const uint64_t b = blockIdx.x, g = gridDim.x;
+  if (a.flags & GC_FLAG_LL) {
     direct_ll_push<T>(a, e, poff, b, g);
     direct_ll_take<T, OP>(a, e, poff, &stop, b, g);
   } else {
@@ -525,25 +509,40 @@ __device__ void direct_collective(const GcDirectArgs& a) {
     direct_simple_take<T, OP>(a, e, poff, &stop, b, g);
   }
   const bool notify = a.flags & GC_FLAG_NOTIFY;
-  // Every thread's output stores reach the GPU before its block counts
-  // (only when the host is told and other blocks count too).
-  if (notify && g > 1) __threadfence();
-  __syncthreads();
-  if (threadIdx.x != 0 || stop) return;
-  // The next launch reads it (stream order publishes it); a stopped block
-  // stores nothing and never tells the host, which then sees the end
-  // through the stream.
-  ctl->epochs[b] = e;
-  if (!notify) return;
-  if (g > 1) {
-    __threadfence();
-    if (atomicAdd(&ctl->done, 1u) != g - 1) return;
-    ctl->done = 0;
+  if (g == 1) {
+    // The only block: no counter to take (its fence and atomic cost
+    // ~0.5 us a launch), stream order publishes the epoch, and thread 0's
+    // system fence after the barrier orders every thread's output before
+    // the done word.
+    __syncthreads();
+    if (threadIdx.x == 0 && !stop) {
+      ctl->epoch = e;
+      if (notify) {
+        __threadfence_system();
+        st_vol64(a.status + offsetof(GcChanStatus, done), (a.meta >> 32) + 1);
+      }
+    }
+    return;
   }
-  // The last block tells a waiting host (GcChanStatus::done): thread 0's
-  // system fence after the barrier orders every thread's output before it.
-  __threadfence_system();
-  st_vol64(a.status + offsetof(GcChanStatus, done), (a.meta >> 32) + 1);
+  // Every thread's output stores reach the GPU before its block counts
+  // (only when the host is told: the fence is not free).
+  if (notify) __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0 && !stop) {
+    // Every block read the epoch at its start, so the last one to finish
+    // may advance it for the next launch (stream order publishes it), and
+    // tell a waiting host (GcChanStatus::done; a stopped launch never does:
+    // the host then sees the end through the stream).
+    __threadfence();
+    if (atomicAdd(&ctl->done, 1u) == g - 1) {
+      ctl->done = 0;
+      ctl->epoch = e;
+      if (notify) {
+        __threadfence_system();
+        st_vol64(a.status + offsetof(GcChanStatus, done), (a.meta >> 32) + 1);
+      }
+    }
+  }
 }
 
 template <typename T> struct DirectOp {

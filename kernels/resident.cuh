@@ -48,7 +48,7 @@ __device__ __forceinline__ void resident_call(const GcDirectArgs& a, uint64_t g,
 __device__ void resident_loop(const GcResidentArgs& r) {
   // The call: GcDirectArgs as words, then {dtype, grid}.
   __shared__ uint64_t words[GC_RESIDENT_LINES];
-  __shared__ uint64_t slots[2];
+  __shared__ uint64_t epoch;
   __shared__ int stop;
   const GcDirectArgs& a = *reinterpret_cast<const GcDirectArgs*>(words);
   GcResidentBox* box = reinterpret_cast<GcResidentBox*>(r.mailbox);
@@ -89,8 +89,12 @@ __device__ void resident_loop(const GcResidentArgs& r) {
     const uint64_t dtype = words[GC_RESIDENT_LINES - 1] & 0xffffffffu;
     const uint64_t g = words[GC_RESIDENT_LINES - 1] >> 32;
     GcDirectCtl* ctl = reinterpret_cast<GcDirectCtl*>(a.ctl);
-    if (tid == 0) stop = 0;
-    const uint64_t e = direct_epoch_max(direct_epoch_load(ctl), slots);
+    if (tid == 0) {
+      epoch = ld_vol64((uint64_t)&ctl->epoch) + 1;
+      stop = 0;
+    }
+    __syncthreads();
+    const uint64_t e = epoch;
     switch (dtype) {
       case GC_DT_U8: resident_call<uint8_t>(a, g, e, &stop); break;
       case GC_DT_U32: resident_call<uint32_t>(a, g, e, &stop); break;
@@ -114,7 +118,7 @@ __device__ void resident_loop(const GcResidentArgs& r) {
     // thread 0's system fence after the barrier orders them.
     __syncthreads();
     if (tid == 0) {
-      st_vol64((uint64_t)&ctl->epochs[0], e);
+      st_vol64((uint64_t)&ctl->epoch, e);
       __threadfence_system();
       st_vol64(a.status + offsetof(GcChanStatus, done), (a.meta >> 32) + 1);
     }

@@ -206,17 +206,15 @@ pub(crate) struct GcFlag {
     pub meta: u64,
 }
 
-/// `GcDirectCtl`: the direct kernels' launch counter (each block's last
-/// epoch), at the start of the direct area (addressed by offset; mirrored
-/// for the layout test).
+/// `GcDirectCtl`: the direct kernels' launch counter, at the start of the
+/// direct area (addressed by offset; mirrored for the layout test).
 #[repr(C)]
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 #[allow(dead_code)]
 pub(crate) struct GcDirectCtl {
+    pub epoch: u64,
     pub done: u32,
     pub pad: u32,
-    /// `GC_DIRECT_MAX_BLOCKS` entries (the backend's `DIRECT_MAX_BLOCKS`).
-    pub epochs: [u64; 64],
 }
 
 /// `GC_RESIDENT_ARGS_OFF`: the posted call's LL lines in the resident
@@ -424,7 +422,7 @@ mod layout_tests {
             ("GcFlag", rust_layout!(GcFlag { epoch, meta })),
             (
                 "GcDirectCtl",
-                rust_layout!(GcDirectCtl { done, pad, epochs }),
+                rust_layout!(GcDirectCtl { epoch, done, pad }),
             ),
             (
                 "GcDirectArgs",
