@@ -76,7 +76,7 @@ static_assert(sizeof(GcChanStatus) == 64, "GcChanStatus layout");
 static_assert(sizeof(GcArgs) == 120, "GcArgs layout");
 static_assert(sizeof(GcDirectArgs) == 112 + 4 * 8 * GC_DIRECT_MAX_RANKS, "GcDirectArgs layout");
 static_assert(sizeof(GcPeerArgs) == 48 + 2 * 8 * GC_DIRECT_MAX_RANKS, "GcPeerArgs layout");
-static_assert(sizeof(GcDirectCtl) == 16, "GcDirectCtl layout");
+static_assert(sizeof(GcDirectCtl) == 8 + 8 * GC_DIRECT_MAX_BLOCKS, "GcDirectCtl layout");
 static_assert(sizeof(GcFlag) == 16, "GcFlag layout");
 static_assert(sizeof(GcGroupEntry) == 16, "GcGroupEntry layout");
 static_assert(sizeof(GcResidentBox) == GC_RESIDENT_ARGS_OFF, "GcResidentBox layout");

@@ -183,13 +183,21 @@ struct GcFlag {
 };
 
 // The launch counter of the direct kernels, in the rank's own device
-// memory: read by every block at its start, advanced by the last block to
-// finish (the only block of a one-block launch stores it without counting),
-// so a replayed CUDA graph sees fresh epochs.
+// memory (zeroed at creation), one entry per block. Block b of a launch of
+// g blocks reads only epochs[b] at its start and, at its end, stores the
+// launch's epoch into every entry j with j % g == b. So entry b is written
+// in a launch only by the block that read it, every entry holds the same
+// epoch once a launch ended (all blocks of the next launch agree, whatever
+// its grid; a replayed CUDA graph sees fresh epochs), and no block waits
+// for another's count (a fence and an atomic cost ~0.5 us a launch).
+// Reading the largest of all entries instead raced: a block that started
+// late could see an entry that a block of its own launch had already
+// advanced. Only a launch the host waits for counts its finished blocks,
+// for the last one to tell the host.
 struct GcDirectCtl {
-  uint64_t epoch;  // epochs completed
-  uint32_t done;   // blocks of the running launch that finished
+  uint32_t done;  // blocks of the running notify launch that finished
   uint32_t pad;
+  uint64_t epochs[GC_DIRECT_MAX_BLOCKS];
 };
 
 // Kernel arguments of the direct kernels (passed by value): 368 bytes.

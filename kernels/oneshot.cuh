@@ -2,11 +2,12 @@
 // CUDA IPC: all_reduce, all_gather, reduce_scatter and all_to_all of
 // segments of `count` elements (GC_DIRECT_KIND_SHIFT says which segment
 // goes to which peer and what happens to what arrives), every block
-// independent except for the launch counter:
-//  0. every block reads the epoch e = ctl.epoch + 1 (the last block to
-//     finish a launch advances ctl.epoch, so all blocks of one launch agree
-//     and a replayed graph gets a fresh epoch); parity = e & 1 selects one of
-//     two copies of every inbox and flag.
+// independent:
+//  0. block b reads the epoch e = ctl.epochs[b] + 1 (each block of a launch
+//     stores its epoch into the entries it owns at its end, GcDirectCtl, so
+//     all blocks of one launch agree and a replayed graph gets a fresh
+//     epoch); parity = e & 1 selects one of two copies of every inbox and
+//     flag.
 //  Simple (GC_FLAG_LL clear):
 //  1. block b writes meta into the peer's flag [us][b], pushes its slice
 //     of (the peer's segment of) pre(input) into every peer's inbox
@@ -488,19 +489,30 @@ __device__ void direct_ll_take(const GcDirectArgs& a, uint64_t e, uint64_t poff,
   if (*stop && tid == 0) direct_mark_aborted(a, b, a.rank);
 }
 
+// The epoch of block b's launch (thread 0 reads it into `epoch`).
+__device__ __forceinline__ uint64_t direct_epoch_load(const GcDirectCtl* ctl, uint64_t b) {
+  return ld_vol64((uint64_t)&ctl->epochs[b]) + 1;
+}
+// Block b of g stores its epoch e into the entries it owns (GcDirectCtl);
+// every thread of the block calls it, one entry each at most.
+__device__ __forceinline__ void direct_epoch_store(GcDirectCtl* ctl, uint64_t b, uint64_t g, uint64_t e) {
+  const uint64_t j = b + threadIdx.x * g;
+  if (j < GC_DIRECT_MAX_BLOCKS) st_vol64((uint64_t)&ctl->epochs[j], e);
+}
+
 template <typename T, uint32_t OP>
 __device__ void direct_collective(const GcDirectArgs& a) {
   __shared__ uint64_t epoch;
   __shared__ int stop;
   GcDirectCtl* ctl = reinterpret_cast<GcDirectCtl*>(a.ctl);
+  const uint64_t b = blockIdx.x, g = gridDim.x;
   if (threadIdx.x == 0) {
-    epoch = ld_vol64((uint64_t)&ctl->epoch) + 1;
+    epoch = direct_epoch_load(ctl, b);
     stop = 0;
   }
   __syncthreads();
   const uint64_t e = epoch;
   const uint64_t poff = (e & 1) * a.parity_bytes;
-  const uint64_t b = blockIdx.x, g = gridDim.x;
   if (a.flags & GC_FLAG_LL) {
     direct_ll_push<T>(a, e, poff, b, g);
     direct_ll_take<T, OP>(a, e, poff, &stop, b, g);
@@ -509,40 +521,27 @@ __device__ void direct_collective(const GcDirectArgs& a) {
     direct_simple_take<T, OP>(a, e, poff, &stop, b, g);
   }
   const bool notify = a.flags & GC_FLAG_NOTIFY;
-  if (g == 1) {
-    // The only block: no counter to take (its fence and atomic cost
-    // ~0.5 us a launch), stream order publishes the epoch, and thread 0's
-    // system fence after the barrier orders every thread's output before
-    // the done word.
-    __syncthreads();
-    if (threadIdx.x == 0 && !stop) {
-      ctl->epoch = e;
-      if (notify) {
-        __threadfence_system();
-        st_vol64(a.status + offsetof(GcChanStatus, done), (a.meta >> 32) + 1);
-      }
-    }
-    return;
-  }
   // Every thread's output stores reach the GPU before its block counts
-  // (only when the host is told: the fence is not free).
-  if (notify) __threadfence();
+  // (only when the host is told and other blocks count too).
+  if (notify && g > 1) __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0 && !stop) {
-    // Every block read the epoch at its start, so the last one to finish
-    // may advance it for the next launch (stream order publishes it), and
-    // tell a waiting host (GcChanStatus::done; a stopped launch never does:
-    // the host then sees the end through the stream).
+  // A stopped block stores no epoch and never tells the host, which then
+  // sees the end through the stream (the communicator has failed).
+  if (stop) return;
+  // The next launch reads the epochs (stream order publishes them). A
+  // resident call, which may follow the done word, reads entry 0: thread 0
+  // of block 0 stores it before the fences below.
+  direct_epoch_store(ctl, b, g, e);
+  if (threadIdx.x != 0 || !notify) return;
+  if (g > 1) {
     __threadfence();
-    if (atomicAdd(&ctl->done, 1u) == g - 1) {
-      ctl->done = 0;
-      ctl->epoch = e;
-      if (notify) {
-        __threadfence_system();
-        st_vol64(a.status + offsetof(GcChanStatus, done), (a.meta >> 32) + 1);
-      }
-    }
+    if (atomicAdd(&ctl->done, 1u) != g - 1) return;
+    ctl->done = 0;
   }
+  // The last block tells a waiting host (GcChanStatus::done): thread 0's
+  // system fence after the barrier orders every thread's output before it.
+  __threadfence_system();
+  st_vol64(a.status + offsetof(GcChanStatus, done), (a.meta >> 32) + 1);
 }
 
 template <typename T> struct DirectOp {

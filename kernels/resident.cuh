@@ -89,8 +89,9 @@ __device__ void resident_loop(const GcResidentArgs& r) {
     const uint64_t dtype = words[GC_RESIDENT_LINES - 1] & 0xffffffffu;
     const uint64_t g = words[GC_RESIDENT_LINES - 1] >> 32;
     GcDirectCtl* ctl = reinterpret_cast<GcDirectCtl*>(a.ctl);
+    // Every entry of the counter holds the last launch's epoch.
     if (tid == 0) {
-      epoch = ld_vol64((uint64_t)&ctl->epoch) + 1;
+      epoch = direct_epoch_load(ctl, 0);
       stop = 0;
     }
     __syncthreads();
@@ -114,11 +115,12 @@ __device__ void resident_loop(const GcResidentArgs& r) {
     // A call that stopped leaves its error in the status words; the host
     // sees the kernel leave and reads them.
     if (stop) break;
-    // Every thread's output stores reach the host before it is told:
-    // thread 0's system fence after the barrier orders them.
+    // Every thread's output stores (and the epochs: one block owns every
+    // entry) reach the host before it is told: thread 0's system fence
+    // after the barrier orders them.
+    direct_epoch_store(ctl, 0, 1, e);
     __syncthreads();
     if (tid == 0) {
-      st_vol64((uint64_t)&ctl->epoch, e);
       __threadfence_system();
       st_vol64(a.status + offsetof(GcChanStatus, done), (a.meta >> 32) + 1);
     }

@@ -206,15 +206,17 @@ pub(crate) struct GcFlag {
     pub meta: u64,
 }
 
-/// `GcDirectCtl`: the direct kernels' launch counter, at the start of the
-/// direct area (addressed by offset; mirrored for the layout test).
+/// `GcDirectCtl`: the direct kernels' launch counter (one epoch per
+/// block), at the start of the direct area (addressed by offset; mirrored
+/// for the layout test).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 #[allow(dead_code)]
 pub(crate) struct GcDirectCtl {
-    pub epoch: u64,
     pub done: u32,
     pub pad: u32,
+    /// `GC_DIRECT_MAX_BLOCKS` entries (the backend's `DIRECT_MAX_BLOCKS`).
+    pub epochs: [u64; 64],
 }
 
 /// `GC_RESIDENT_ARGS_OFF`: the posted call's LL lines in the resident
@@ -422,7 +424,7 @@ mod layout_tests {
             ("GcFlag", rust_layout!(GcFlag { epoch, meta })),
             (
                 "GcDirectCtl",
-                rust_layout!(GcDirectCtl { epoch, done, pad }),
+                rust_layout!(GcDirectCtl { done, pad, epochs }),
             ),
             (
                 "GcDirectArgs",

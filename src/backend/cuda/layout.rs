@@ -84,6 +84,11 @@ pub(super) const DIRECT_BOX_BYTES: u64 = DIRECT_MAX_BYTES + DIRECT_LL_BOX_BYTES;
 /// Bytes before the parities of the direct area: the launch counter
 /// (`GcDirectCtl`), on a page of its own.
 pub(super) const DIRECT_CTL_BYTES: u64 = 4096;
+// The counter holds one epoch per block and fits its page.
+const _: () = assert!(
+    std::mem::size_of::<GcDirectCtl>() as u64 == 8 + 8 * DIRECT_MAX_BLOCKS
+        && std::mem::size_of::<GcDirectCtl>() as u64 <= DIRECT_CTL_BYTES
+);
 /// Data bytes per block of the LL one-shot: one 8-byte unit per thread.
 pub(super) const DIRECT_LL_BLOCK_BYTES: u64 = THREADS as u64 * 8;
 
