@@ -494,10 +494,11 @@ __device__ __forceinline__ uint64_t direct_epoch_load(const GcDirectCtl* ctl, ui
   return ld_vol64((uint64_t)&ctl->epochs[b]) + 1;
 }
 // Block b of g stores its epoch e into the entries it owns (GcDirectCtl);
-// every thread of the block calls it, one entry each at most.
+// every thread of the block calls it (one entry each, unless a small block
+// of a one-block launch has fewer threads than entries).
 __device__ __forceinline__ void direct_epoch_store(GcDirectCtl* ctl, uint64_t b, uint64_t g, uint64_t e) {
-  const uint64_t j = b + threadIdx.x * g;
-  if (j < GC_DIRECT_MAX_BLOCKS) st_vol64((uint64_t)&ctl->epochs[j], e);
+  for (uint64_t j = b + threadIdx.x * g; j < GC_DIRECT_MAX_BLOCKS; j += blockDim.x * g)
+    st_vol64((uint64_t)&ctl->epochs[j], e);
 }
 
 template <typename T, uint32_t OP>

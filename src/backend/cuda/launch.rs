@@ -37,7 +37,8 @@ pub(super) unsafe fn steps(
     }
 }
 
-/// Launch the one-shot all_reduce of `dtype` on `grid` blocks.
+/// Launch the one-shot kernel of `dtype` on `grid` blocks of `threads`
+/// (at most [`THREADS`], the kernel's launch bound).
 ///
 /// # Safety
 /// The buffers in `args` stay valid until the kernel finished; the direct
@@ -46,6 +47,7 @@ pub(super) unsafe fn direct(
     kernels: &Kernels,
     dtype: Datatype,
     grid: u32,
+    threads: u32,
     args: &mut GcDirectArgs,
     stream: CUstream,
 ) -> Result<()> {
@@ -56,7 +58,7 @@ pub(super) unsafe fn direct(
         driver::launch(
             kernels.direct[dtype as usize],
             grid,
-            THREADS,
+            threads,
             stream,
             &mut params,
         )

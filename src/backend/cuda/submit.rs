@@ -205,6 +205,7 @@ impl Inner {
                     mut args,
                     dtype,
                     grid,
+                    threads,
                 } => {
                     if tell {
                         args.flags |= FLAG_NOTIFY;
@@ -212,7 +213,9 @@ impl Inner {
                     }
                     // SAFETY: the buffers stay valid until the event below
                     // completed, the direct areas for the backend's life.
-                    unsafe { launch::direct(&self.kernels, dtype, grid, &mut args, stream)? };
+                    unsafe {
+                        launch::direct(&self.kernels, dtype, grid, threads, &mut args, stream)?
+                    };
                 }
                 Item::Local { copies, seq } => {
                     for (dst, src, bytes) in copies {
@@ -279,7 +282,9 @@ impl Inner {
         };
         let plain = lowered.steps.is_empty() && lowered.rail_jobs.is_empty();
         let (args, dtype, grid) = match lowered.items.as_mut_slice() {
-            [Item::Direct { args, dtype, grid }] if plain => (args, *dtype, *grid),
+            [Item::Direct {
+                args, dtype, grid, ..
+            }] if plain => (args, *dtype, *grid),
             _ => return Ok(None),
         };
         if !r.takes(grid)? {

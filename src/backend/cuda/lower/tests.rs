@@ -168,15 +168,44 @@ fn the_oneshot_decision_depends_on_the_plan_alone() {
 }
 
 #[test]
+fn small_one_block_launches_get_fewer_threads() {
+    // LL: one 8-byte unit per thread, at least 64 threads.
+    assert_eq!(direct_threads(true, 8, 1), 64);
+    assert_eq!(direct_threads(true, 1000, 1), 128);
+    assert_eq!(direct_threads(true, 4096, 1), THREADS);
+    // Simple: 64 threads up to 4 KiB.
+    assert_eq!(direct_threads(false, 4096, 1), 64);
+    assert_eq!(direct_threads(false, 4097, 1), THREADS);
+    // Several blocks: always full ones.
+    assert_eq!(direct_threads(true, 8192, 2), THREADS);
+    for bytes in [0, 1, 7, 8, 9, 255, 2049, 1 << 20] {
+        for ll in [true, false] {
+            let n = direct_threads(ll, bytes, 1);
+            assert!((64..=THREADS).contains(&n) && n % 32 == 0);
+            if ll {
+                assert!(u64::from(n) * 8 >= bytes.min(THREADS as u64 * 8));
+            }
+        }
+    }
+}
+
+#[test]
 fn oneshot_arguments_address_every_inbox() {
     let t = target(1, 4, true);
     let p = plan(CollKind::AllReduce, Algorithm::OneShot, 1 << 16, Vec::new());
-    let Item::Direct { args, dtype, grid } = t.oneshot(&p, IN, OUT, 7).unwrap() else {
+    let Item::Direct {
+        args,
+        dtype,
+        grid,
+        threads,
+    } = t.oneshot(&p, IN, OUT, 7).unwrap()
+    else {
         panic!("not a one-shot item");
     };
     assert_eq!(dtype, Datatype::F32);
-    // 256 KiB over 32 KiB blocks, within the channel count (4).
-    assert_eq!(grid, 4);
+    // 256 KiB over 32 KiB blocks, within the channel count (4), each of
+    // full size.
+    assert_eq!((grid, threads), (4, THREADS));
     assert_eq!(
         (args.input, args.output, args.count),
         (IN.addr, OUT.addr, 1 << 16)
