@@ -15,6 +15,12 @@
 //! * `stream = None`: the call blocks until the collective completed, like
 //!   the typed methods. Host pointers are accepted (the CUDA backend stages
 //!   them through device memory); device pointers need the CUDA backend.
+//!   The collective runs on the backend's own stream, which does not wait
+//!   for the legacy default stream unless `GPUCOLL_LEGACY_STREAM_ORDER=1`:
+//!   a `cudaMemcpy` from pageable host memory returns once the data is
+//!   staged, before its DMA into device memory finished, so synchronize it
+//!   (`cudaStreamSynchronize(0)`) before the call. Any memory of the GPU
+//!   works: `cudaMalloc`, managed, `cudaMallocAsync` pools, VMM mappings.
 //! * `stream = Some(s)` (CUDA backend only): the collective is queued on the
 //!   caller's stream `s` (a `CUstream`/`cudaStream_t` of the communicator's
 //!   GPU, primary context; the legacy default stream `0` is allowed) and the

@@ -24,7 +24,9 @@ static void usage(const char *program)
            "  --device   buffers in GPU memory (cudaMalloc through a dlopen'ed libcudart;\n"
            "             also SHIMTEST_DEVICE=1); each rank uses GPU local_rank %% ngpus\n"
            "  --large N  element count of the large size (default 1048576; 0 skips it)\n"
-           "  --quick    a few datatypes instead of all of them\n",
+           "  --quick    a few datatypes instead of all of them\n"
+           "  SHIMTEST_ALLOC=malloc|managed|pool  the device allocator (cudaMalloc,\n"
+           "             cudaMallocManaged, cudaMallocAsync)\n",
            program);
 }
 

@@ -1,12 +1,17 @@
 /* Device memory for the test programs, through the CUDA runtime opened with
  * dlopen (libcudart.so, then versioned names, or $SHIMTEST_CUDART), falling
  * back to the driver API (libcuda.so.1, always present with a driver). No
- * CUDA header is needed to build this file. */
+ * CUDA header is needed to build this file.
+ * SHIMTEST_ALLOC picks the allocator, as programs' own allocators differ:
+ * `malloc` (cudaMalloc / cuMemAlloc, the default), `managed`
+ * (cudaMallocManaged) or `pool` (cudaMallocAsync from the device's default
+ * pool, synchronized before use). */
 #include "shimtest.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* The runtime's and the driver's entry points, as plain function pointers. */
 static struct {
@@ -24,6 +29,8 @@ static struct {
     int (*cudaStreamCreate)(void **);
     int (*cudaStreamSynchronize)(void *);
     const char *(*cudaGetErrorString)(int);
+    int (*cudaMallocManaged)(void **, size_t, unsigned);
+    int (*cudaMallocAsync)(void **, size_t, void *);
     /* driver */
     int (*cuInit)(unsigned);
     int (*cuDeviceGetCount)(int *);
@@ -38,6 +45,8 @@ static struct {
     int (*cuCtxSynchronize)(void);
     int (*cuStreamCreate)(void **, unsigned);
     int (*cuStreamSynchronize)(void *);
+    int (*cuMemAllocManaged)(unsigned long long *, size_t, unsigned);
+    int (*cuMemAllocAsync)(unsigned long long *, size_t, void *);
 } cu;
 
 static void die(const char *what, int err)
@@ -84,6 +93,8 @@ static int open_runtime(void)
         SYM(lib, cudaStreamCreate);
         SYM(lib, cudaStreamSynchronize);
         SYM(lib, cudaGetErrorString);
+        SYM(lib, cudaMallocManaged);
+        SYM(lib, cudaMallocAsync);
         if (!missing)
             return 1;
         fprintf(stderr, "shimtest: %s lacks %s\n", names[k], missing);
@@ -110,6 +121,8 @@ static int open_driver(void)
     SYM(lib, cuCtxSynchronize);
     SYM(lib, cuStreamCreate);
     SYM_AS(lib, cuStreamSynchronize, "cuStreamSynchronize");
+    SYM(lib, cuMemAllocManaged);
+    SYM(lib, cuMemAllocAsync);
     if (missing) {
         fprintf(stderr, "shimtest: libcuda.so.1 lacks %s\n", missing);
         return 0;
@@ -177,12 +190,47 @@ int st_dev_current(void)
     return d;
 }
 
+/* SHIMTEST_ALLOC: 0 malloc, 1 managed, 2 pool. */
+static int alloc_kind(void)
+{
+    static int kind = -1;
+    if (kind < 0) {
+        const char *a = getenv("SHIMTEST_ALLOC");
+        if (!a || !*a || !strcmp(a, "malloc"))
+            kind = 0;
+        else if (!strcmp(a, "managed"))
+            kind = 1;
+        else if (!strcmp(a, "pool"))
+            kind = 2;
+        else {
+            fprintf(stderr, "shimtest: SHIMTEST_ALLOC=%s: expected malloc, managed or pool\n", a);
+            exit(2);
+        }
+    }
+    return kind;
+}
+
 void *st_dev_malloc(size_t bytes)
 {
     load();
     if (bytes == 0)
         bytes = 1; /* a real device address even for empty buffers */
-    int rc;
+    int rc, kind = alloc_kind();
+    if (kind == 1 || kind == 2) {
+        /* managed: attach globally (flag 1, both APIs); pool: the legacy
+         * default stream, waited for so that the memory is usable at once */
+        void *p = NULL;
+        unsigned long long d = 0;
+        if (cu.driver)
+            rc = kind == 1 ? cu.cuMemAllocManaged(&d, bytes, 1) : cu.cuMemAllocAsync(&d, bytes, NULL);
+        else
+            rc = kind == 1 ? cu.cudaMallocManaged(&p, bytes, 1) : cu.cudaMallocAsync(&p, bytes, NULL);
+        if (rc)
+            die(kind == 1 ? "cudaMallocManaged" : "cudaMallocAsync", rc);
+        if (kind == 2 && (rc = st_dev_sync()))
+            die("synchronizing cudaMallocAsync", rc);
+        return cu.driver ? (void *)(uintptr_t)d : p;
+    }
     if (cu.driver) {
         unsigned long long p = 0;
         if ((rc = cu.cuMemAlloc(&p, bytes)))

@@ -19,6 +19,9 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--cupy", action="store_true", help="CuPy arrays (device memory)")
 ap.add_argument("--large", type=int, default=1 << 18, help="element count of the large size")
 ap.add_argument("--quick", action="store_true", help="fewer datatypes")
+ap.add_argument("--alloc", choices=["pool", "managed", "async"], default="pool",
+                help="CuPy's allocator: its default pool (cudaMalloc), a pool of "
+                     "managed memory, or the stream-ordered cudaMallocAsync pool")
 args = ap.parse_args()
 
 comm = MPI.COMM_WORLD
@@ -31,6 +34,10 @@ if args.cupy:
     ndev = xp.cuda.runtime.getDeviceCount()
     local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
     xp.cuda.Device(local % ndev).use()
+    if args.alloc == "managed":
+        xp.cuda.set_allocator(xp.cuda.MemoryPool(xp.cuda.malloc_managed).malloc)
+    elif args.alloc == "async":
+        xp.cuda.set_allocator(xp.cuda.MemoryAsyncPool().malloc)
 
     def to_host(a):
         return xp.asnumpy(a)

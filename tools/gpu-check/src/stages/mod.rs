@@ -7,6 +7,7 @@ mod churn;
 mod dead_peer;
 mod graph;
 mod interop;
+mod memkinds;
 mod mismatch;
 mod oom;
 mod raw;
@@ -23,6 +24,7 @@ use gpucoll::mpi::MpiComm;
 use gpucoll::{Communicator, DeviceBuffer};
 use graph::stage_graph;
 use interop::stage_interop;
+use memkinds::stage_memkinds;
 use mismatch::stage_mismatch;
 use oom::stage_oom;
 use raw::stage_raw;
@@ -124,6 +126,7 @@ pub(crate) fn run_stage(
         "soak" => stage_soak(world, log),
         "oom" => stage_oom(world, log),
         "interop" => stage_interop(world, log),
+        "memkinds" => stage_memkinds(world, log),
         other => Err(gpucoll::Error::InvalidUsage(format!(
             "unknown stage {other}"
         ))),
