@@ -174,9 +174,7 @@ impl CommEntry {
         // (GPUCOLL_LEGACY_STREAM_ORDER=0): a resident-block call then skips
         // its query of that stream (~1.6 µs).
         let mut config = gpucoll::Config::from_env()?;
-        if std::env::var_os("GPUCOLL_LEGACY_STREAM_ORDER").is_none() {
-            config.legacy_stream_order = true;
-        }
+        config.legacy_stream_order = crate::settings::get().legacy_order;
         // SAFETY: `raw` is the live communicator this entry is attached to.
         let comm = unsafe { Communicator::from_raw_mpi_with(raw, None, config)? };
         let seq = NEXT_SEQ.fetch_add(1, Ordering::Relaxed);

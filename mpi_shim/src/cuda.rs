@@ -114,7 +114,10 @@ mod imp {
         }
 
         /// Make `device`'s primary context current (the one the CUDA runtime
-        /// and gpucoll use), remembering the caller's.
+        /// and gpucoll use), remembering the caller's. A caller with another
+        /// context current (one it created, or another GPU's) has that
+        /// context's legacy stream synchronized first, unless
+        /// `GPUCOLL_LEGACY_STREAM_ORDER=0`.
         pub fn bind(device: i32) -> CuResult<CtxGuard> {
             let mut saved: sys::CUcontext = std::ptr::null_mut();
             // SAFETY: out-pointer to one context handle.
@@ -124,6 +127,19 @@ mod imp {
             )?;
             let ctx = primary_context(device)?;
             if ctx != saved {
+                if !saved.is_null() && crate::settings::get().legacy_order {
+                    // A context of the program's own (cuCtxCreate, as the
+                    // OSU benchmarks make before MPI_Init): its legacy stream
+                    // is not the one gpucoll's stream is ordered after, and a
+                    // cudaMemcpy from pageable memory may still be writing
+                    // the buffers there. Wait for it while it is current.
+                    // SAFETY: the null stream is the current context's
+                    // legacy default stream.
+                    check(
+                        unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) },
+                        "cuStreamSynchronize (the program's context)",
+                    )?;
+                }
                 // SAFETY: a retained primary context.
                 check(unsafe { sys::cuCtxSetCurrent(ctx) }, "cuCtxSetCurrent")?;
             }

@@ -9,6 +9,11 @@
 //! * `GPUCOLL_CHECK=1` (gpucoll's check mode): every routed collective first
 //!   agrees across ranks on the route, so a rank on host memory and a peer on
 //!   device memory both get an error instead of waiting on each other.
+//! * `GPUCOLL_LEGACY_STREAM_ORDER` (on unless `0`): device collectives start
+//!   after the program's work on the legacy default stream, as CUDA-aware
+//!   MPI libraries order them (`Config::legacy_stream_order` for gpucoll's
+//!   stream; the legacy stream of a context the program created itself is
+//!   synchronized, `cuda::CtxGuard::bind`).
 
 use std::sync::OnceLock;
 
@@ -18,6 +23,7 @@ pub struct Settings {
     pub host_mode: bool,
     pub log: bool,
     pub check: bool,
+    pub legacy_order: bool,
 }
 
 fn flag(name: &str, default: bool) -> bool {
@@ -40,6 +46,7 @@ pub fn get() -> &'static Settings {
         host_mode: flag("GPUCOLL_SHIM_HOST", false),
         log: flag("GPUCOLL_SHIM_LOG", false),
         check: flag("GPUCOLL_CHECK", false),
+        legacy_order: flag("GPUCOLL_LEGACY_STREAM_ORDER", true),
     })
 }
 

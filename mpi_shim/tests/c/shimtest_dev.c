@@ -5,7 +5,8 @@
  * SHIMTEST_ALLOC picks the allocator, as programs' own allocators differ:
  * `malloc` (cudaMalloc / cuMemAlloc, the default), `managed`
  * (cudaMallocManaged) or `pool` (cudaMallocAsync from the device's default
- * pool, synchronized before use). */
+ * pool, synchronized before use). SHIMTEST_CTX=create allocates in a
+ * context the program creates itself (see create_own_context). */
 #include "shimtest.h"
 
 #include <dlfcn.h>
@@ -164,10 +165,35 @@ int st_dev_count(void)
     return n;
 }
 
+/* SHIMTEST_CTX=create: a context of the program's own (cuCtxCreate, not the
+ * device's primary context) made current before MPI_Init, as the OSU
+ * micro-benchmarks do; the runtime then allocates in it. */
+static void create_own_context(int dev)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    int (*init)(unsigned) = lib ? (int (*)(unsigned))dlsym(lib, "cuInit") : NULL;
+    int (*get)(int *, int) = lib ? (int (*)(int *, int))dlsym(lib, "cuDeviceGet") : NULL;
+    int (*create)(void **, unsigned, int) =
+        lib ? (int (*)(void **, unsigned, int))dlsym(lib, "cuCtxCreate_v2") : NULL;
+    if (!init || !get || !create) {
+        fprintf(stderr, "shimtest: SHIMTEST_CTX=create needs libcuda.so.1 with cuCtxCreate_v2\n");
+        exit(2);
+    }
+    int handle, rc;
+    void *ctx;
+    if ((rc = init(0)) || (rc = get(&handle, dev)) || (rc = create(&ctx, 0, handle)))
+        die("creating a context (cuCtxCreate)", rc);
+}
+
 void st_dev_select(int local_rank)
 {
     int n = st_dev_count();
     int dev = local_rank % n, rc;
+    const char *own = getenv("SHIMTEST_CTX");
+    if (own && !strcmp(own, "create")) {
+        create_own_context(dev);
+        return;
+    }
     if (cu.driver) {
         int handle;
         void *ctx;
