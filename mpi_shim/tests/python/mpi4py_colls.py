@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Every collective the shim intercepts, called through mpi4py on NumPy
-arrays (or CuPy arrays with --cupy: device memory), with exact expected
+arrays (or CuPy arrays with --cupy, PyTorch CUDA tensors with --torch:
+device memory), with exact expected
 values, in-place forms, sizes 0, 1, 7919 and a large one; nonblocking
 collectives completed by Wait, Waitall, Waitany, Waitsome, Test, Testall,
 Testany and Testsome. An ordinary mpi4py program: it knows nothing of the
 shim. Rank 0 prints "N passed, M failed" last; the exit status is nonzero
 on any failure.
 
-    mpirun -n 4 python3 mpi4py_colls.py [--cupy] [--large N] [--quick]
+    mpirun -n 4 python3 mpi4py_colls.py [--cupy|--torch] [--large N] [--quick]
 """
 import argparse
 import sys
@@ -17,6 +18,8 @@ from mpi4py import MPI
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--cupy", action="store_true", help="CuPy arrays (device memory)")
+ap.add_argument("--torch", action="store_true",
+                help="PyTorch CUDA tensors (device memory from its caching allocator)")
 ap.add_argument("--large", type=int, default=1 << 18, help="element count of the large size")
 ap.add_argument("--quick", action="store_true", help="fewer datatypes")
 ap.add_argument("--alloc", choices=["pool", "managed", "async"], default="pool",
@@ -44,6 +47,23 @@ if args.cupy:
 
     def sync():
         xp.cuda.get_current_stream().synchronize()
+elif args.torch:
+    import torch
+
+    local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+    torch.cuda.set_device(local % torch.cuda.device_count())
+
+    class xp:  # noqa: N801 - the array module's one function this test uses
+        @staticmethod
+        def asarray(a):
+            return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+    def to_host(a):
+        # point-to-point buffers stay NumPy arrays
+        return a.cpu().numpy() if isinstance(a, torch.Tensor) else a
+
+    def sync():
+        torch.cuda.synchronize()
 else:
     xp = np
 
@@ -354,6 +374,9 @@ TYPES = [np.float32, np.float64, np.int32, np.uint32, np.int64, np.int8, np.uint
          np.uint16, np.uint64]
 if args.quick:
     TYPES = [np.float32, np.int32, np.uint8, np.float64]
+if args.torch:
+    # PyTorch has no CUDA tensors of the wider unsigned types.
+    TYPES = [t for t in TYPES if t not in (np.uint16, np.uint32, np.uint64)]
 sizes = [0, 1, 7919]
 turn = 0
 for dtype in TYPES:
