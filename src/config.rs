@@ -65,6 +65,14 @@ pub struct Config {
     pub proto: Option<Protocol>,
     /// `GPUCOLL_NCHANNELS`: force the channel count (clamped to the backend's maximum).
     pub nchannels: Option<usize>,
+    /// `GPUCOLL_CUDA_CHANNELS`: the most channels (thread blocks) one
+    /// launch of this communicator may use on the CUDA backend (default 128
+    /// on one node; every rank takes the smallest any rank asks for). A
+    /// collective's blocks hold their SMs while they wait for the peers,
+    /// so communicators busy at the same time (from several threads) must
+    /// fit on the GPU together: cap each so that communicators × ranks per
+    /// GPU × channels ≤ the GPU's SMs (README, "Threads").
+    pub cuda_channels: Option<usize>,
     /// `GPUCOLL_SIM_NODES`: split each real node's ranks into this many
     /// simulated nodes (contiguous blocks of local ranks) that talk over MPI.
     pub sim_nodes: Option<usize>,
@@ -204,6 +212,7 @@ impl Default for Config {
             algo: None,
             proto: None,
             nchannels: None,
+            cuda_channels: None,
             sim_nodes: None,
             node_id: None,
             backend: None,
@@ -314,6 +323,9 @@ impl Config {
         if let Some(v) = var("GPUCOLL_NCHANNELS") {
             c.nchannels = Some(parse_positive("GPUCOLL_NCHANNELS", &v)?);
         }
+        if let Some(v) = var("GPUCOLL_CUDA_CHANNELS") {
+            c.cuda_channels = Some(parse_positive("GPUCOLL_CUDA_CHANNELS", &v)?);
+        }
         if let Some(v) = var("GPUCOLL_SIM_NODES") {
             c.sim_nodes = Some(parse_positive("GPUCOLL_SIM_NODES", &v)?);
         }
@@ -415,6 +427,26 @@ mod tests {
                 .legacy_stream_order
         );
         assert!(parse(&[("GPUCOLL_LEGACY_STREAM_ORDER", "2")]).is_err());
+    }
+
+    #[test]
+    fn cuda_channels() {
+        assert_eq!(parse(&[]).unwrap().cuda_channels, None);
+        assert_eq!(
+            parse(&[("GPUCOLL_CUDA_CHANNELS", "44")])
+                .unwrap()
+                .cuda_channels,
+            Some(44)
+        );
+        for bad in ["0", "-3", "many"] {
+            assert!(matches!(
+                parse(&[("GPUCOLL_CUDA_CHANNELS", bad)]),
+                Err(Error::Config {
+                    name: "GPUCOLL_CUDA_CHANNELS",
+                    ..
+                })
+            ));
+        }
     }
 
     #[test]

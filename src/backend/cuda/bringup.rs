@@ -14,7 +14,7 @@ use super::driver;
 use super::handles::{EventPool, IpcMapping, Stream};
 use super::layout::*;
 use super::lower::Target;
-use super::memory::{bind, DevMem, DeviceCtx};
+use super::memory::{bind, DevMem, DeviceCtx, LiveOnDevice};
 use super::module::Kernels;
 use super::net::{self, NetLayout, NetProxy};
 use super::profile::HostProfile;
@@ -123,6 +123,7 @@ fn negotiate(
     ctx: &DeviceCtx,
     multi: bool,
     p2p_off: bool,
+    cuda_channels: Option<usize>,
 ) -> Result<Agreed> {
     let (rank, nranks) = (topo.rank, topo.nranks);
     let tag = random_tag();
@@ -131,9 +132,7 @@ fn negotiate(
     } else {
         p2p_channels(nranks)
     };
-    let want_channels = env_usize("GPUCOLL_CUDA_CHANNELS")
-        .unwrap_or(def_channels)
-        .min(MAX_CHANNELS);
+    let want_channels = cuda_channels.unwrap_or(def_channels).min(MAX_CHANNELS);
     // 0: no preference (the default for the agreed channel count).
     let want_slot = env_usize("GPUCOLL_CUDA_SLOT_KB")
         .map(|k| (k << 10).clamp(4 << 10, 4 << 20))
@@ -453,7 +452,14 @@ impl CudaBackend {
             threads.and_then(|_| pick_device(host_rank?, device, config.legacy_stream_order));
         let local = agree(&mpi, local, "initialize CUDA")?;
         // From here on, a failure releases what the stages built (Drop).
-        let a = negotiate(&mpi, topo, &local.ctx, multi, p2p_disabled(config))?;
+        let a = negotiate(
+            &mpi,
+            topo,
+            &local.ctx,
+            multi,
+            p2p_disabled(config),
+            config.cuda_channels,
+        )?;
         let segs = map_segments(&mpi, topo, &a)?;
         let fifos = map_fifos(&mpi, topo, &a, &segs)?;
 
@@ -573,6 +579,7 @@ impl CudaBackend {
             liveness: PeerLiveness::new(local_peers),
             rank,
             nranks,
+            live: LiveOnDevice::new(ctx.ordinal),
             ctx,
             target,
             timeout: config.timeout,

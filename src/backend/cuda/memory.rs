@@ -48,6 +48,45 @@ pub(crate) fn bind(ordinal: i32) -> Result<DeviceCtx> {
     Ok(c)
 }
 
+/// This process's live CUDA communicators on one GPU, counted while the
+/// guard lives: a timeout names the others, whose kernels may hold the SMs
+/// this communicator's peers wait for.
+pub(crate) struct LiveOnDevice {
+    ordinal: i32,
+}
+
+/// Live communicators per GPU ordinal (GPUs beyond the array are not counted).
+static LIVE: [std::sync::atomic::AtomicUsize; 64] =
+    [const { std::sync::atomic::AtomicUsize::new(0) }; 64];
+
+impl LiveOnDevice {
+    pub(crate) fn new(ordinal: i32) -> LiveOnDevice {
+        if let Some(c) = usize::try_from(ordinal).ok().and_then(|o| LIVE.get(o)) {
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        LiveOnDevice { ordinal }
+    }
+
+    /// The other live communicators of this process on this GPU.
+    pub(crate) fn others(&self) -> usize {
+        usize::try_from(self.ordinal)
+            .ok()
+            .and_then(|o| LIVE.get(o))
+            .map_or(0, |c| {
+                c.load(std::sync::atomic::Ordering::Relaxed)
+                    .saturating_sub(1)
+            })
+    }
+}
+
+impl Drop for LiveOnDevice {
+    fn drop(&mut self) {
+        if let Some(c) = usize::try_from(self.ordinal).ok().and_then(|o| LIVE.get(o)) {
+            c.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
 /// The ordinal of the GPU whose context is current on the calling thread
 /// (the CUDA runtime makes one current with `cudaSetDevice` or its first
 /// call), or `None`: no driver, no current context, or a driver error.

@@ -176,8 +176,17 @@ impl CudaPending {
                 seconds: inner.timeout.as_secs_f64(),
                 waiting_for: format!(
                     "the GPU kernel on rank {} made no progress (a peer is dead, slow, or \
-                     issued a different call)",
-                    inner.rank
+                     issued a different call){}",
+                    inner.rank,
+                    match inner.live.others() {
+                        0 => String::new(),
+                        n => format!(
+                            "; {n} other communicator(s) of this process use this GPU: \
+                             collectives of communicators busy at the same time must fit on \
+                             the GPU together (Config::cuda_channels) or be issued in the \
+                             same order on every rank (README, \"Threads\")"
+                        ),
+                    }
                 ),
             };
         }

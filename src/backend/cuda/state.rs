@@ -7,7 +7,7 @@ use super::cache::StepStore;
 use super::ce::CopyEngines;
 use super::handles::{EventPool, IpcMapping, Stream};
 use super::lower::Target;
-use super::memory::{bind, DevMem, DeviceCtx};
+use super::memory::{bind, DevMem, DeviceCtx, LiveOnDevice};
 use super::module::Kernels;
 use super::net::NetProxy;
 use super::order::Order;
@@ -31,6 +31,8 @@ pub(super) struct Inner {
     /// Copy-engine collectives: registration caches, lanes, call count
     /// (released before the context).
     pub ce: CopyEngines,
+    /// Counts this communicator among the process's on its GPU.
+    pub live: LiveOnDevice,
     pub ctx: DeviceCtx,
     /// Layout and the device addresses the lowered tables point at.
     pub target: Target,

@@ -14,6 +14,7 @@ mod raw;
 mod register;
 mod registered;
 mod soak;
+mod threads;
 mod timeout;
 
 use ce_churn::stage_ce_churn;
@@ -33,6 +34,7 @@ use registered::stage_registered;
 use soak::stage_soak;
 use std::ffi::c_void;
 use std::fmt::Write as _;
+use threads::stage_threads;
 use timeout::stage_timeout;
 
 /// Input value of rank `r` at index `j` in round `it`: small integers,
@@ -127,6 +129,7 @@ pub(crate) fn run_stage(
         "oom" => stage_oom(world, log),
         "interop" => stage_interop(world, log),
         "memkinds" => stage_memkinds(world, log),
+        "threads" => stage_threads(world, log),
         other => Err(gpucoll::Error::InvalidUsage(format!(
             "unknown stage {other}"
         ))),
