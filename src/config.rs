@@ -66,8 +66,9 @@ pub struct Config {
     /// `GPUCOLL_NCHANNELS`: force the channel count (clamped to the backend's maximum).
     pub nchannels: Option<usize>,
     /// `GPUCOLL_CUDA_CHANNELS`: the most channels (thread blocks) one
-    /// launch of this communicator may use on the CUDA backend (default 128
-    /// on one node; every rank takes the smallest any rank asks for). A
+    /// launch of this communicator may use on the CUDA backend (default on
+    /// one node: 256 / ranks, from 16 to 128; every rank takes the smallest
+    /// any rank asks for; ranks sharing a GPU are capped further). A
     /// collective's blocks hold their SMs while they wait for the peers,
     /// so communicators busy at the same time (from several threads) must
     /// fit on the GPU together: cap each so that communicators × ranks per
