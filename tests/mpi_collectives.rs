@@ -224,6 +224,10 @@ fn cases() -> Vec<Case> {
         v.push(Case::new(format!("split_dup::n{n}"), n, "split_dup"));
     }
     v.push(Case::new("split_dup::sim2_n6", 6, "split_dup").env("GPUCOLL_SIM_NODES", "2"));
+    // Several communicators driven at once from threads of every rank.
+    for &n in &[2usize, 4] {
+        v.push(Case::new(format!("threads::n{n}"), n, "threads"));
+    }
     v.push(Case::new("topology::sim2_n4", 4, "topology").env("GPUCOLL_SIM_NODES", "2"));
     v.push(Case::new("topology::sim3_n6", 6, "topology").env("GPUCOLL_SIM_NODES", "3"));
     v.push(Case::new("topology::n3", 3, "topology"));
@@ -261,6 +265,7 @@ fn worker(scenario: &str) -> std::result::Result<(), String> {
         "group" => scenario_group(&world),
         "split_dup" => scenario_split_dup(&world),
         "topology" => scenario_topology(&world),
+        "threads" => scenario_threads(&world),
         other => Err(format!("unknown scenario {other}")),
     };
     // every rank reaches this point on the in-sync paths: agree on the verdict
@@ -1582,5 +1587,110 @@ fn scenario_topology(world: &Communicator) -> std::result::Result<(), String> {
         Ok(())
     } else {
         Err(fails.join("\n"))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Communicators used at once from several threads
+
+/// Threads (and duplicates of the world) of the `threads` scenario.
+const THREADS: usize = 3;
+
+/// Rank `r`'s element `j` in round `it` of the `threads` scenario.
+fn thread_value(r: usize, j: usize, it: usize) -> i32 {
+    ((r * 7 + j * 3 + it) % 1000) as i32
+}
+
+/// One thread's rounds on its own communicator: all_reduce, all_gather and
+/// broadcast, exact; ranks enter the calls at different moments.
+fn thread_rounds(c: &Communicator, t: usize) -> Vec<String> {
+    let (rank, n) = (c.rank(), c.size());
+    let mut fails = vec![];
+    for round in 0..20 {
+        if (rank + t + round) % 3 == 0 {
+            std::thread::sleep(Duration::from_millis(
+                ((rank * 5 + t * 3 + round) % 4) as u64,
+            ));
+        }
+        let len = [1usize, 1031, 40009][(round + t) % 3];
+        let it = t * 100 + round;
+        let what = |c: &str| format!("thread {t} round {round} {c} len {len}");
+        let send: Vec<i32> = (0..len).map(|j| thread_value(rank, j, it)).collect();
+
+        let mut out = vec![-1i32; len];
+        match c.all_reduce_into(&send[..], &mut out[..], ReduceOp::Sum) {
+            Err(e) => fails.push(format!("{}: {e}", what("all_reduce"))),
+            Ok(()) => {
+                let bad = (0..len)
+                    .filter(|&j| out[j] != (0..n).map(|r| thread_value(r, j, it)).sum::<i32>())
+                    .count();
+                if bad > 0 {
+                    fails.push(format!("{}: {bad} wrong", what("all_reduce")));
+                }
+            }
+        }
+
+        let mut all = vec![-1i32; len * n];
+        match c.all_gather_into(&send[..], &mut all[..]) {
+            Err(e) => fails.push(format!("{}: {e}", what("all_gather"))),
+            Ok(()) => {
+                let bad = (0..len * n)
+                    .filter(|&k| all[k] != thread_value(k / len, k % len, it))
+                    .count();
+                if bad > 0 {
+                    fails.push(format!("{}: {bad} wrong", what("all_gather")));
+                }
+            }
+        }
+
+        let root = (round + t) % n;
+        let mut buf = if rank == root {
+            send.clone()
+        } else {
+            vec![-1i32; len]
+        };
+        match c.process_at_rank(root).broadcast_into(&mut buf[..]) {
+            Err(e) => fails.push(format!("{}: {e}", what("broadcast"))),
+            Ok(()) => {
+                let bad = (0..len)
+                    .filter(|&j| buf[j] != thread_value(root, j, it))
+                    .count();
+                if bad > 0 {
+                    fails.push(format!("{}: {bad} wrong", what("broadcast")));
+                }
+            }
+        }
+        if fails.len() > 5 {
+            break;
+        }
+    }
+    fails
+}
+
+/// `THREADS` duplicates of the world, each driven by its own thread at the
+/// same time (the README's "Threads"; on the host backend every thread
+/// waits in its own call, so no ordering across communicators is needed).
+fn scenario_threads(world: &Communicator) -> std::result::Result<(), String> {
+    let comms: Vec<Communicator> = (0..THREADS)
+        .map(|_| ok(world.duplicate(), "duplicate"))
+        .collect();
+    let fails: Vec<String> = std::thread::scope(|sc| {
+        let handles: Vec<_> = comms
+            .iter()
+            .enumerate()
+            .map(|(t, c)| sc.spawn(move || thread_rounds(c, t)))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| vec!["a worker thread panicked".to_string()])
+            })
+            .collect()
+    });
+    if fails.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("rank {}: {}", world.rank(), fails.join("; ")))
     }
 }
