@@ -5,16 +5,12 @@
 //! sizes 1, a prime and 1 Mi elements; every element compared with the
 //! exact result.
 
-use super::gv;
+use super::{cu, gv};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use gpucoll::{Communicator, Error, ReduceOp, Result};
 use std::cell::Cell;
 use std::fmt::Write as _;
 use std::sync::Arc;
-
-fn cu<T>(r: std::result::Result<T, cudarc::driver::DriverError>) -> Result<T> {
-    r.map_err(|e| Error::Backend(format!("cudarc: {e:?}")))
-}
 
 struct Ctx<'a> {
     world: &'a Communicator,

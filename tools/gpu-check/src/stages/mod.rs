@@ -43,6 +43,11 @@ pub(crate) fn gv(r: usize, j: u64, it: u64) -> f32 {
     ((r as u64 * 31 + j * 7 + it * 5) % 101) as f32
 }
 
+/// A cudarc result as gpucoll's (the stages report one error type).
+pub(crate) fn cu<T>(r: std::result::Result<T, cudarc::driver::DriverError>) -> gpucoll::Result<T> {
+    r.map_err(|e| gpucoll::Error::Backend(format!("cudarc: {e:?}")))
+}
+
 pub(crate) fn vp(b: &DeviceBuffer<f32>) -> *mut c_void {
     b.device_ptr() as usize as *mut c_void
 }

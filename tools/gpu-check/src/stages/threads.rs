@@ -15,14 +15,10 @@
 //! or any call that waits for the whole device, in one thread while
 //! another thread's collective waits for its peers deadlocks the same way).
 
-use super::{gv, sum_raw, vp};
+use super::{cu, gv, sum_raw, vp};
 use cudarc::driver::{sys, CudaContext};
 use gpucoll::{Communicator, CudaStreamRaw, Datatype, DeviceBuffer, Error, Result};
 use std::fmt::Write as _;
-
-fn cudarc<T>(r: std::result::Result<T, cudarc::driver::DriverError>) -> Result<T> {
-    r.map_err(|e| Error::Backend(format!("cudarc: {e:?}")))
-}
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -71,9 +67,9 @@ fn worker(
     let gpu = comm
         .device()
         .ok_or_else(|| Error::Backend("threads needs the CUDA backend".into()))?;
-    let ctx = cudarc(CudaContext::new(gpu as usize))?;
-    cudarc(ctx.bind_to_thread())?;
-    let stream = cudarc(ctx.new_stream())?;
+    let ctx = cu(CudaContext::new(gpu as usize))?;
+    cu(ctx.bind_to_thread())?;
+    let stream = cu(ctx.new_stream())?;
     let (rank, size) = (comm.rank(), comm.size());
     // GPU_THREAD_MAX_COUNT: only the counts up to it.
     let max = env_usize("GPU_THREAD_MAX_COUNT", usize::MAX);
@@ -173,11 +169,11 @@ pub(crate) fn stage_threads(world: &Communicator, log: &mut String) -> Result<us
         .ok_or_else(|| Error::Backend("threads needs the CUDA backend".into()))?;
     let mut config = gpucoll::Config::from_env()?;
     if std::env::var_os("GPU_THREADS_UNCAPPED").is_none() {
-        let ctx = cudarc(CudaContext::new(gpu as usize))?;
-        let sms = cudarc(
-            ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
-        )? as usize;
-        let gpus = cudarc(CudaContext::device_count())?.max(1) as usize;
+        let ctx = cu(CudaContext::new(gpu as usize))?;
+        let sms =
+            cu(ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT))?
+                as usize;
+        let gpus = cu(CudaContext::device_count())?.max(1) as usize;
         let per_gpu = world.size().div_ceil(gpus);
         let cap = (sms / (nthreads * per_gpu)).max(1);
         config.cuda_channels = Some(config.cuda_channels.map_or(cap, |c| c.min(cap)));
