@@ -45,8 +45,19 @@ impl Registration {
     /// backend maps no peer memory (the host backend, several nodes, no
     /// P2P between the GPUs) and for memory the driver cannot share with
     /// other processes (allocations under 2 MiB, which it packs into
-    /// shared blocks, or from memory pools): those are received through a
-    /// bounce buffer, as they would be without registration.
+    /// shared blocks, memory pools, managed memory, `cuMemCreate` memory
+    /// created without `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`, a
+    /// buffer across several `cuMemCreate` allocations mapped back to
+    /// back): those are received through a bounce buffer, as they would
+    /// be without registration.
+    ///
+    /// `cuMemCreate` memory that can be exported as a file descriptor is
+    /// shared by passing the descriptor to the other ranks of the node;
+    /// they keep it mapped until no registration of its owner holds it
+    /// any more (its pages stay allocated until then, and until each
+    /// peer's next registration or copy-engine call on the communicator,
+    /// or the communicator's end), and a rank shares at most 64 such
+    /// allocations per communicator at once (beyond that, not direct).
     pub fn is_direct(&self) -> bool {
         self.done.is_some_and(|r| r.direct)
     }

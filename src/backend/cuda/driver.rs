@@ -17,6 +17,8 @@ pub(crate) use memops::{
     allocation_of, batch_available, memcpy_batch_async, memcpy_dtod_async, stream_wait_geq_u32,
     stream_write_u32, stream_write_u64, Allocation,
 };
+mod vmm;
+pub(crate) use vmm::{vmm_retain, VmmMapping};
 
 /// Bytes of a CUDA IPC memory handle.
 pub(crate) const IPC_HANDLE_BYTES: usize = 64;

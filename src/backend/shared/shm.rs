@@ -178,6 +178,11 @@ impl AsRef<Mapping> for Mapping {
 }
 
 impl Mapping {
+    /// The segment's `shm_open` name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Create, size (zero-filled) and map a new segment of `len` bytes.
     /// The pages are reserved now: on a full `/dev/shm` a later first touch
     /// would kill the process with SIGBUS instead of failing here.

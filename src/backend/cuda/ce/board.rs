@@ -20,6 +20,9 @@
 //!   A post names its copy-engine call number (the tag, written last) and
 //!   the engine's sequence number: registrations (`register.rs`) are
 //!   copy-engine calls too but take no sequence number of their own.
+//! * **VMM shares** (`vmm.rs`): the buffer IDs of this rank's VMM
+//!   allocations its peers may keep mapped, one per share slot, and a
+//!   generation word raised at every change.
 
 use super::super::shm::{CONTROL_BYTES, STATUS_OFF};
 use crate::backend::shared::shm::Mapping;
@@ -36,16 +39,20 @@ pub(crate) const DONE_OFF: usize = READY_OFF + 64;
 /// Two slots of [`Post`].
 const BOARD_OFF: usize = DONE_OFF + 64;
 const SLOT_BYTES: usize = 256;
-/// A slot's words: 0 the tag, 1 the digest, 2 the sequence number, then
-/// the receive target and the source target (a flag word, buffer ID,
-/// offset, allocation bytes and the handle each).
+/// A slot's words: 0 the tag, 1 the digest, 2 the sequence number, 3 the
+/// note, then the receive target and the source target (a kind word,
+/// buffer ID, offset, allocation bytes and the handle each).
 const WORDS: usize = TARGET_AT + 2 * TARGET_WORDS;
-const TARGET_AT: usize = 3;
+const TARGET_AT: usize = 4;
 const SOURCE_AT: usize = TARGET_AT + TARGET_WORDS;
 const TARGET_WORDS: usize = 4 + HANDLE_WORDS;
 const HANDLE_WORDS: usize = 8;
 const _: () = assert!(WORDS * 8 <= SLOT_BYTES);
-const _: () = assert!(BOARD_OFF + 2 * SLOT_BYTES <= CONTROL_BYTES);
+/// The VMM share table: the generation, then [`VMM_SLOTS`] buffer IDs.
+const VMM_OFF: usize = BOARD_OFF + 2 * SLOT_BYTES;
+/// VMM allocations a rank shares at once on one communicator.
+pub(crate) const VMM_SLOTS: usize = 64;
+const _: () = assert!(VMM_OFF + (1 + VMM_SLOTS) * 8 <= CONTROL_BYTES);
 const _: () = assert!(MAX_RANKS * 4 <= 64);
 
 /// Offset of the flag peer `p` raises in a rank's segment.
@@ -84,6 +91,45 @@ pub(crate) struct Post {
     /// Where peers read this rank's input (the peer kernels on registered
     /// buffers): `None` when nobody reads it.
     pub source: Option<Target>,
+    /// A word of the call's own (a VMM agreement's failure bits).
+    pub note: u64,
+}
+
+/// How peers reach a [`Target`]'s allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Share {
+    /// Legacy IPC: the handle is a `cuIpcGetMemHandle` handle.
+    #[default]
+    Ipc,
+    /// A VMM allocation every peer mapped already (`vmm.rs`): the handle
+    /// is its key.
+    Vmm,
+    /// A VMM allocation shared in this registration: its descriptor follows
+    /// through the sockets (`fdpass.rs`).
+    VmmFresh,
+}
+
+impl Share {
+    fn word(self) -> u64 {
+        match self {
+            Share::Ipc => 1,
+            Share::Vmm => 2,
+            Share::VmmFresh => 3,
+        }
+    }
+
+    fn from_word(w: u64) -> Option<Share> {
+        match w {
+            1 => Some(Share::Ipc),
+            2 => Some(Share::Vmm),
+            3 => Some(Share::VmmFresh),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn is_vmm(self) -> bool {
+        self != Share::Ipc
+    }
 }
 
 /// A receive buffer as peers find it: the IPC handle of its allocation
@@ -96,6 +142,7 @@ pub(crate) struct Target {
     /// Bytes of the whole allocation (what a peer's mapping keeps alive).
     pub alloc_bytes: u64,
     pub handle: [u8; 64],
+    pub share: Share,
 }
 
 fn slot(call: u64) -> usize {
@@ -108,10 +155,11 @@ pub(crate) fn publish(own: &Mapping, post: &Post) {
     let w = |i: usize| own.word(s + 8 * i);
     w(1).store(post.digest, Ordering::Relaxed);
     w(2).store(post.seq, Ordering::Relaxed);
+    w(3).store(post.note, Ordering::Relaxed);
     for (at, t) in [(TARGET_AT, &post.target), (SOURCE_AT, &post.source)] {
         match t {
             Some(t) => {
-                w(at).store(1, Ordering::Relaxed);
+                w(at).store(t.share.word(), Ordering::Relaxed);
                 w(at + 1).store(t.buffer_id, Ordering::Relaxed);
                 w(at + 2).store(t.offset, Ordering::Relaxed);
                 w(at + 3).store(t.alloc_bytes, Ordering::Relaxed);
@@ -138,7 +186,7 @@ pub(crate) fn read(peer: &Mapping, call: u64) -> Option<Post> {
         return None;
     }
     let target_at = |at: usize| {
-        (w(at).load(Ordering::Relaxed) == 1).then(|| {
+        Share::from_word(w(at).load(Ordering::Relaxed)).map(|share| {
             let mut handle = [0u8; 64];
             for (i, chunk) in handle.chunks_exact_mut(8).enumerate() {
                 chunk.copy_from_slice(&w(at + 4 + i).load(Ordering::Relaxed).to_le_bytes());
@@ -148,6 +196,7 @@ pub(crate) fn read(peer: &Mapping, call: u64) -> Option<Post> {
                 offset: w(at + 2).load(Ordering::Relaxed),
                 alloc_bytes: w(at + 3).load(Ordering::Relaxed),
                 handle,
+                share,
             }
         })
     };
@@ -157,7 +206,27 @@ pub(crate) fn read(peer: &Mapping, call: u64) -> Option<Post> {
         digest: w(1).load(Ordering::Relaxed),
         target: target_at(TARGET_AT),
         source: target_at(SOURCE_AT),
+        note: w(3).load(Ordering::Relaxed),
     })
+}
+
+/// Share slot `slot` of `own`'s table names `buffer_id` now (0: free);
+/// the generation rises after it, so a reader that sees the new generation
+/// sees the slot.
+pub(crate) fn vmm_set(own: &Mapping, slot: usize, buffer_id: u64) {
+    own.word(VMM_OFF + 8 * (1 + slot))
+        .store(buffer_id, Ordering::Relaxed);
+    own.word(VMM_OFF).fetch_add(1, Ordering::Release);
+}
+
+/// The generation of `peer`'s share table.
+pub(crate) fn vmm_generation(peer: &Mapping) -> u64 {
+    peer.word(VMM_OFF).load(Ordering::Acquire)
+}
+
+/// Whether `peer` shares `buffer_id` (read after [`vmm_generation`]).
+pub(crate) fn vmm_shares(peer: &Mapping, buffer_id: u64) -> bool {
+    (0..VMM_SLOTS).any(|s| peer.word(VMM_OFF + 8 * (1 + s)).load(Ordering::Relaxed) == buffer_id)
 }
 
 #[cfg(test)]
@@ -175,6 +244,7 @@ mod tests {
             offset: 4096,
             alloc_bytes: 1 << 20,
             handle: std::array::from_fn(|i| i as u8 * 3),
+            share: Share::Ipc,
         };
         let a = Post {
             number: 0,
@@ -182,6 +252,7 @@ mod tests {
             digest: 0xabc,
             target: Some(t),
             source: None,
+            note: 0,
         };
         publish(&m, &a);
         assert_eq!(read(&m, 0), Some(a));
@@ -191,7 +262,12 @@ mod tests {
             seq: 12,
             digest: 0xdef,
             target: None,
-            source: Some(Target { offset: 8, ..t }),
+            source: Some(Target {
+                offset: 8,
+                share: Share::VmmFresh,
+                ..t
+            }),
+            note: 0b101,
         };
         publish(&m, &b);
         assert_eq!(read(&m, 1), Some(b));
@@ -206,6 +282,22 @@ mod tests {
         };
         publish(&m, &c);
         assert_eq!(read(&m, 2), Some(c));
+    }
+
+    #[test]
+    fn vmm_table_tracks_shares() {
+        let name = format!("/gpucoll.test.cevmm.{}", std::process::id());
+        let mut m = Mapping::create(&name, CONTROL_BYTES).unwrap();
+        m.unlink().unwrap();
+        let g0 = vmm_generation(&m);
+        assert!(!vmm_shares(&m, 42));
+        vmm_set(&m, VMM_SLOTS - 1, 42);
+        assert!(vmm_generation(&m) > g0);
+        assert!(vmm_shares(&m, 42));
+        vmm_set(&m, VMM_SLOTS - 1, 0);
+        assert!(!vmm_shares(&m, 42));
+        // The board's slots are untouched by the table.
+        assert_eq!(read(&m, 0), None);
     }
 
     #[test]

@@ -31,6 +31,10 @@
 //!    pushed to, then waits for the `done` of everyone pushing to it
 //!    (which follows their copies in their streams' order).
 //!
+//! VMM allocations (`cuMemCreate`) cannot be exported as IPC handles: a
+//! registration shares them as file descriptors instead (`vmm.rs`,
+//! `fdpass.rs`).
+//!
 //! Every stream operation is captured into CUDA graphs like kernels are;
 //! the flags are reset by the waiter, so replays repeat the same stores.
 //! Registration (`register.rs`) is a copy-engine call without copies: it
@@ -46,17 +50,21 @@
 //! (`Inner::ce_release`, `run.rs`), and the communicator is failed.
 
 mod board;
+mod fdpass;
 mod peer;
 mod register;
 mod registry;
 mod run;
 mod schedule;
+mod vmm;
 
 use super::handles::{Event, Stream};
 use crate::config::RegisteredMode;
+use fdpass::{FdSocket, Words};
 use registry::Registry;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 /// The copy-engine state of one communicator.
 pub(super) struct CopyEngines {
@@ -77,6 +85,9 @@ pub(super) struct CopyEngines {
     /// Batches the driver refused in a row: at [`run::BATCH_MAX_REFUSALS`]
     /// batch copies are turned off.
     batch_refusals: AtomicU32,
+    /// Where peers send descriptors of VMM allocations (bound at the
+    /// first registration; None if that failed).
+    socket: OnceLock<Option<FdSocket>>,
     state: Mutex<State>,
 }
 
@@ -88,6 +99,8 @@ pub(super) struct State {
     lanes: Vec<Stream>,
     fork: Option<Event>,
     joins: Vec<Event>,
+    /// Descriptors received before the registration step that takes them.
+    fd_stash: Vec<(Words, OwnedFd)>,
 }
 
 impl CopyEngines {
@@ -101,12 +114,14 @@ impl CopyEngines {
             peer_calls: AtomicU64::new(0),
             batch: AtomicBool::new(batch),
             batch_refusals: AtomicU32::new(0),
+            socket: OnceLock::new(),
             state: Mutex::new(State {
                 calls: 0,
                 registry: Registry::new(device),
                 lanes: Vec::new(),
                 fork: None,
                 joins: Vec::new(),
+                fd_stash: Vec::new(),
             }),
         }
     }

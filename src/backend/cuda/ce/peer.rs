@@ -217,6 +217,7 @@ impl Inner {
             digest: call.digest(),
             target,
             source,
+            note: 0,
         };
         board::publish(self.own().as_ref(), &post);
         let posts = self.await_posts(&post)?;
@@ -253,7 +254,7 @@ impl Inner {
                 args.output[p] = st.registry.open(p, &t, captured)? + t.offset;
             }
         }
-        st.registry.evict(stream, captured)?;
+        self.ce_evict(&mut st, stream, captured)?;
         drop(st);
         self.fill_kernel_args(call, &mut args)?;
 
@@ -345,17 +346,10 @@ fn offer(registry: &mut Registry, mem: &Mem, bytes: u64, auto: bool) -> Result<O
     let Some(a) = driver::allocation_of(mem.addr)? else {
         return Ok(None);
     };
-    if mem.addr.saturating_add(bytes) > a.base.saturating_add(a.bytes)
-        || (auto && !registry.is_registered(a.buffer_id))
-    {
+    if auto && !registry.is_registered(a.buffer_id) {
         return Ok(None);
     }
-    Ok(registry.export(&a).map(|handle| Target {
-        buffer_id: a.buffer_id,
-        offset: mem.addr - a.base,
-        alloc_bytes: a.bytes,
-        handle,
-    }))
+    Ok(registry.share(&a, mem.addr, bytes))
 }
 
 #[cfg(test)]

@@ -12,10 +12,17 @@
 //! `ProtocolMismatch` or `Timeout`, as any mismatched call does). Dropping
 //! a registration is local: it closes what this rank opened, and a
 //! peer's memory is released once every rank dropped its own.
+//!
+//! A VMM allocation (`cuMemCreate`, exportable as a POSIX descriptor) is
+//! shared by its first registration on the communicator, with one more
+//! round of posts (`vmm.rs`); peers keep it mapped until no registration
+//! of its owner holds it.
 
 use super::super::driver;
 use super::super::state::Inner;
-use super::board::{self, Post, Target};
+use super::board::{self, Post, Share, Target};
+use super::registry::vmm_key;
+use super::vmm::Fresh;
 use crate::backend::Registered;
 use crate::buffer::{MemoryKind, RawBuffer};
 use crate::error::{Error, Result};
@@ -62,15 +69,29 @@ impl Inner {
         let number = st.calls;
         st.calls += 1;
         let mut target = None;
+        let mut fresh = None;
+        // Bound before our post: a peer that reads it may send to us.
+        let socket = self.fd_socket().is_some();
         if refused.is_none() && buf.bytes() > 0 {
             if let Some(a) = driver::allocation_of(buf.addr)? {
-                if let Some(handle) = st.registry.export(&a) {
-                    target = Some(Target {
-                        buffer_id: a.buffer_id,
-                        offset: buf.addr - a.base,
-                        alloc_bytes: a.bytes,
-                        handle,
-                    });
+                let bytes = buf.bytes();
+                target = st.registry.share(&a, buf.addr, bytes);
+                let fits = buf.addr.saturating_add(bytes) <= a.base.saturating_add(a.bytes);
+                if target.is_none() && fits && socket {
+                    if let Some((slot, fd)) = st.registry.vmm_offer(&a)? {
+                        target = Some(Target {
+                            buffer_id: a.buffer_id,
+                            offset: buf.addr - a.base,
+                            alloc_bytes: a.bytes,
+                            handle: vmm_key(a.buffer_id),
+                            share: Share::VmmFresh,
+                        });
+                        fresh = Some(Fresh {
+                            slot,
+                            buffer_id: a.buffer_id,
+                            fd,
+                        });
+                    }
                 }
             }
         }
@@ -80,13 +101,36 @@ impl Inner {
             digest: DIGEST,
             target,
             source: None,
+            note: 0,
         };
         board::publish(self.own().as_ref(), &post);
         // A rendezvous that fails leaves the peers' calls out of step:
         // like a copy-engine collective's, it fails the node.
-        let posts = self.await_posts(&post).inspect_err(|e| {
+        let mut posts = self.await_posts(&post).inspect_err(|e| {
             self.mark_failed(e.to_string());
         })?;
+        let any_fresh = posts
+            .iter()
+            .flatten()
+            .any(|q| q.target.is_some_and(|t| t.share == Share::VmmFresh));
+        if any_fresh {
+            let failed = self
+                .vmm_exchange(&mut st, seq, &posts, fresh.as_ref())
+                .inspect_err(|e| {
+                    self.mark_failed(e.to_string());
+                })?;
+            // Offers that failed anywhere are dropped by every rank alike.
+            for (p, q) in posts.iter_mut().enumerate() {
+                if failed & 1 << p != 0 {
+                    if let Some(q) = q {
+                        q.target = None;
+                    }
+                }
+            }
+            if failed & 1 << me != 0 {
+                target = None;
+            }
+        }
         // Every rank got here for this registration (the rendezvous
         // matched it): from now on each considers the peer kernels for
         // registered buffers (`peer.rs`), alike.
@@ -116,7 +160,7 @@ impl Inner {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .before(own, own)?;
-        st.registry.evict(own, false)?;
+        self.ce_evict(&mut st, own, false)?;
         tracing::info!(
             rank = me,
             id = number,
@@ -138,7 +182,8 @@ impl Inner {
     /// End registration `id` on this rank (local).
     pub(in crate::backend::cuda) fn ce_deregister(&self, id: u64) {
         let mut st = self.ce.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.registry.deregister(id);
+        let unshared = st.registry.deregister(id);
+        self.vmm_unshare(unshared);
         tracing::debug!(rank = self.rank, id, "buffer deregistered");
     }
 }

@@ -19,12 +19,19 @@
 //! * **registrations** (`Communicator::register`, `register.rs`): the
 //!   peers' allocations of one registration stay open, outside those
 //!   limits, until this rank drops it; they then age out like the rest.
+//! * **VMM shares** (`vmm.rs`): our VMM allocations that peers keep
+//!   mapped (by buffer ID, with their slot in our share table), and the
+//!   peers' VMM allocations we imported. An import cannot be opened again
+//!   later (its descriptor is gone), so it stays outside the limits until
+//!   its owner stops sharing it; it is then released like an evicted
+//!   mapping, once the work queued before is done.
 
-use super::super::driver::{self, Allocation, CUstream, IPC_HANDLE_BYTES};
+use super::super::driver::{self, Allocation, CUstream, VmmMapping, IPC_HANDLE_BYTES};
 use super::super::handles::{Event, IpcMapping};
-use super::board::Target;
-use crate::error::Result;
+use super::board::{Share, Target, VMM_SLOTS};
+use crate::error::{Error, Result};
 use std::collections::{HashMap, VecDeque};
+use std::os::fd::OwnedFd;
 use std::sync::Mutex;
 
 /// Peer mappings kept open (all peers together).
@@ -59,11 +66,46 @@ fn own_block(alloc: &Allocation) -> bool {
 /// handle always reaches the memory the peer means.
 static OPENED: Mutex<Option<HashMap<(i32, Handle), Opened>>> = Mutex::new(None);
 
-type Handle = [u8; IPC_HANDLE_BYTES];
+pub(crate) type Handle = [u8; IPC_HANDLE_BYTES];
+
+/// A peer's allocation mapped here.
+enum PeerMap {
+    Ipc(IpcMapping),
+    Vmm(VmmMapping),
+}
+
+impl PeerMap {
+    fn ptr(&self) -> u64 {
+        match self {
+            PeerMap::Ipc(m) => m.ptr(),
+            PeerMap::Vmm(m) => m.ptr(),
+        }
+    }
+}
 
 struct Opened {
-    map: IpcMapping,
+    map: PeerMap,
     refs: usize,
+}
+
+/// The first word of a VMM allocation's key (the rest: the owner's process
+/// ID and the allocation's buffer ID), never the start of an IPC handle
+/// we post: those carry the driver's own layout.
+const VMM_KEY_MAGIC: u64 = 0x6763_766d_6d5f_6664;
+
+/// The key a VMM allocation is known by in posts and caches: unique per
+/// allocation of a process, and the same for every communicator.
+pub(crate) fn vmm_key(buffer_id: u64) -> Handle {
+    let mut h = [0u8; IPC_HANDLE_BYTES];
+    h[..8].copy_from_slice(&VMM_KEY_MAGIC.to_le_bytes());
+    h[8..16].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
+    h[16..24].copy_from_slice(&buffer_id.to_le_bytes());
+    h
+}
+
+/// The owner's buffer ID in a VMM key.
+fn vmm_key_buffer(h: &Handle) -> u64 {
+    u64::from_le_bytes(h[16..24].try_into().unwrap_or([0; 8]))
 }
 
 /// The mapping of `handle` on `device`, opened or shared.
@@ -74,9 +116,24 @@ fn acquire(device: i32, handle: &Handle) -> Result<u64> {
         o.refs += 1;
         return Ok(o.map.ptr());
     }
-    let map = IpcMapping::open(handle)?;
+    let map = PeerMap::Ipc(IpcMapping::open(handle)?);
     let ptr = map.ptr();
     table.insert((device, *handle), Opened { map, refs: 1 });
+    Ok(ptr)
+}
+
+/// As [`acquire`] for a peer's VMM allocation keyed `key`: imported from
+/// `fd` unless another communicator of ours imported it already.
+fn acquire_vmm(device: i32, key: &Handle, fd: &OwnedFd, bytes: u64) -> Result<u64> {
+    let mut g = OPENED.lock().unwrap_or_else(|p| p.into_inner());
+    let table = g.get_or_insert_with(HashMap::new);
+    if let Some(o) = table.get_mut(&(device, *key)) {
+        o.refs += 1;
+        return Ok(o.map.ptr());
+    }
+    let map = PeerMap::Vmm(VmmMapping::import(fd, bytes, device)?);
+    let ptr = map.ptr();
+    table.insert((device, *key), Opened { map, refs: 1 });
     Ok(ptr)
 }
 
@@ -101,6 +158,9 @@ struct Mapped {
     pinned: bool,
     /// Live registrations naming it: kept open, outside the limits.
     regs: usize,
+    /// A peer's VMM allocation: kept, outside the limits, while its owner
+    /// shares it.
+    vmm: bool,
 }
 
 /// The caches of one communicator (used under its copy-engine lock).
@@ -118,6 +178,10 @@ pub(crate) struct Registry {
     registrations: HashMap<u64, Vec<(usize, Handle)>>,
     /// Our own allocations (buffer IDs) of the live registrations, by id.
     own: HashMap<u64, u64>,
+    /// Our VMM allocations the peers keep mapped: their share slots.
+    vmm_own: HashMap<u64, usize>,
+    /// The generation of each peer's share table when we last compared.
+    vmm_seen: HashMap<usize, u64>,
 }
 
 impl Registry {
@@ -131,6 +195,8 @@ impl Registry {
             retired: Vec::new(),
             registrations: HashMap::new(),
             own: HashMap::new(),
+            vmm_own: HashMap::new(),
+            vmm_seen: HashMap::new(),
         }
     }
 
@@ -149,10 +215,33 @@ impl Registry {
         Ok(())
     }
 
-    /// The IPC handle of `alloc`, or None if it cannot be exported safely.
-    pub(crate) fn export(&mut self, alloc: &Allocation) -> Option<Handle> {
+    /// How peers reach `bytes` at `addr` of our allocation `alloc`: its
+    /// IPC handle, or the key of a VMM allocation the peers mapped; None
+    /// if it cannot be shared (then the call uses a bounce buffer).
+    pub(crate) fn share(&mut self, alloc: &Allocation, addr: u64, bytes: u64) -> Option<Target> {
+        // A buffer running past its allocation (several VMM allocations
+        // mapped back to back) is not in one peer mapping.
+        if addr < alloc.base || addr.saturating_add(bytes) > alloc.base.saturating_add(alloc.bytes)
+        {
+            return None;
+        }
+        let (share, handle) = self.export(alloc)?;
+        Some(Target {
+            buffer_id: alloc.buffer_id,
+            offset: addr - alloc.base,
+            alloc_bytes: alloc.bytes,
+            handle,
+            share,
+        })
+    }
+
+    /// The handle of `alloc` (see [`share`](Self::share)).
+    pub(crate) fn export(&mut self, alloc: &Allocation) -> Option<(Share, Handle)> {
+        if self.vmm_own.contains_key(&alloc.buffer_id) {
+            return Some((Share::Vmm, vmm_key(alloc.buffer_id)));
+        }
         if let Some(h) = self.exports.get(&alloc.buffer_id) {
-            return *h;
+            return h.map(|h| (Share::Ipc, h));
         }
         let h = if own_block(alloc) {
             driver::ipc_get_handle(alloc.base).ok()
@@ -166,7 +255,112 @@ impl Registry {
         }
         self.exports.insert(alloc.buffer_id, h);
         self.export_order.push_back(alloc.buffer_id);
-        h
+        h.map(|h| (Share::Ipc, h))
+    }
+
+    /// A VMM allocation of ours not shared yet, if it can be (a share slot
+    /// is free and the driver exports it as a descriptor): its slot and
+    /// descriptor.
+    pub(crate) fn vmm_offer(&self, alloc: &Allocation) -> Result<Option<(usize, OwnedFd)>> {
+        if self.vmm_own.contains_key(&alloc.buffer_id) {
+            return Ok(None);
+        }
+        let Some(slot) = (0..VMM_SLOTS).find(|s| !self.vmm_own.values().any(|v| v == s)) else {
+            tracing::debug!(
+                buffer = alloc.buffer_id,
+                "VMM allocation not shared: {VMM_SLOTS} shared already"
+            );
+            return Ok(None);
+        };
+        let Some(h) = driver::vmm_retain(alloc.base, alloc.bytes)? else {
+            return Ok(None);
+        };
+        Ok(h.export_fd().map(|fd| (slot, fd)))
+    }
+
+    /// Our VMM allocation `buffer_id` is shared in `slot` now.
+    pub(crate) fn vmm_commit(&mut self, buffer_id: u64, slot: usize) {
+        self.vmm_own.insert(buffer_id, slot);
+    }
+
+    /// Import `target`, `peer`'s VMM allocation, from `fd` (kept while the
+    /// peer shares it). Nothing to do when it is mapped already.
+    pub(crate) fn import_vmm(&mut self, peer: usize, target: &Target, fd: &OwnedFd) -> Result<()> {
+        if self.maps.contains_key(&(peer, target.handle)) {
+            return Ok(());
+        }
+        let ptr = acquire_vmm(self.device, &target.handle, fd, target.alloc_bytes)?;
+        self.maps.insert(
+            (peer, target.handle),
+            Mapped {
+                ptr,
+                bytes: target.alloc_bytes,
+                last_use: self.clock,
+                pinned: false,
+                regs: 0,
+                vmm: true,
+            },
+        );
+        Ok(())
+    }
+
+    /// Undo [`import_vmm`](Self::import_vmm) at once (nothing queued uses
+    /// it: the registration that imported it failed).
+    pub(crate) fn drop_import(&mut self, peer: usize, handle: &Handle) {
+        if self.maps.remove(&(peer, *handle)).is_some() {
+            release(self.device, handle);
+        }
+    }
+
+    /// The peers whose VMM allocations we hold.
+    pub(crate) fn vmm_peers(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self
+            .maps
+            .iter()
+            .filter(|(_, m)| m.vmm)
+            .map(|((p, _), _)| *p)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// The generation of `peer`'s share table all its unshared imports
+    /// were released at.
+    pub(crate) fn vmm_seen(&self, peer: usize) -> Option<u64> {
+        self.vmm_seen.get(&peer).copied()
+    }
+
+    /// See [`vmm_seen`](Self::vmm_seen).
+    pub(crate) fn vmm_mark_seen(&mut self, peer: usize, generation: u64) {
+        self.vmm_seen.insert(peer, generation);
+    }
+
+    /// Release the imports of `peer` it no longer shares (`shares` says),
+    /// once the work already queued on `stream` is done. Imports a
+    /// captured graph uses stay for good; those this call uses stay for
+    /// now (false: look again at the next call).
+    pub(crate) fn retire_unshared(
+        &mut self,
+        peer: usize,
+        shares: impl Fn(u64) -> bool,
+        stream: CUstream,
+    ) -> Result<bool> {
+        let unshared: Vec<((usize, Handle), bool)> = self
+            .maps
+            .iter()
+            .filter(|((p, h), m)| *p == peer && m.vmm && !m.pinned && !shares(vmm_key_buffer(h)))
+            .map(|(k, m)| (*k, m.last_use < self.clock))
+            .collect();
+        let complete = unshared.iter().all(|(_, idle)| *idle);
+        for (k, _) in unshared.into_iter().filter(|(_, idle)| *idle) {
+            if self.maps.remove(&k).is_some() {
+                let e = Event::create()?;
+                driver::event_record(e.raw(), stream)?;
+                self.retired.push((k.1, e));
+            }
+        }
+        Ok(complete)
     }
 
     /// The base, in our address space, of the allocation `peer` posted in
@@ -178,6 +372,14 @@ impl Registry {
             m.pinned |= pin;
             return Ok(m.ptr);
         }
+        if target.share.is_vmm() {
+            // Shared only after every rank imported it, and kept until the
+            // owner stops sharing it: not reachable.
+            return Err(Error::Backend(format!(
+                "rank {peer} posted its VMM allocation (buffer {}) that was never imported here",
+                target.buffer_id
+            )));
+        }
         let ptr = acquire(self.device, &target.handle)?;
         self.maps.insert(
             (peer, target.handle),
@@ -187,6 +389,7 @@ impl Registry {
                 last_use: clock,
                 pinned: pin,
                 regs: 0,
+                vmm: false,
             },
         );
         Ok(ptr)
@@ -218,15 +421,24 @@ impl Registry {
 
     /// Registration `id` ended: its mappings go back to the cache, as
     /// used now (evicted later by the limits, not at once: a buffer
-    /// registered again soon is not opened again).
-    pub(crate) fn deregister(&mut self, id: u64) {
-        self.own.remove(&id);
+    /// registered again soon is not opened again). Returns the share slot
+    /// of our VMM allocation that no live registration holds any more
+    /// (the caller clears it: peers then release their imports).
+    pub(crate) fn deregister(&mut self, id: u64) -> Option<usize> {
+        let unshared = self.own.remove(&id).and_then(|b| {
+            if self.own.values().any(|o| *o == b) {
+                None
+            } else {
+                self.vmm_own.remove(&b)
+            }
+        });
         for key in self.registrations.remove(&id).unwrap_or_default() {
             if let Some(m) = self.maps.get_mut(&key) {
                 m.regs = m.regs.saturating_sub(1);
                 m.last_use = self.clock;
             }
         }
+        unshared
     }
 
     /// Live registrations (for tests and logs).
@@ -238,7 +450,7 @@ impl Registry {
     fn cached(&self) -> (usize, u64) {
         self.maps
             .values()
-            .filter(|m| m.regs == 0)
+            .filter(|m| m.regs == 0 && !m.vmm)
             .fold((0, 0), |(n, b), m| (n + 1, b + m.bytes))
     }
 
@@ -258,7 +470,7 @@ impl Registry {
             let victim = self
                 .maps
                 .iter()
-                .filter(|(_, m)| !m.pinned && m.regs == 0 && m.last_use < self.clock)
+                .filter(|(_, m)| !m.pinned && m.regs == 0 && !m.vmm && m.last_use < self.clock)
                 .min_by_key(|(_, m)| m.last_use)
                 .map(|(k, _)| *k);
             let Some(k) = victim else {
@@ -282,5 +494,52 @@ impl Drop for Registry {
         for (h, _) in &self.retired {
             release(self.device, h);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small(buffer_id: u64) -> Allocation {
+        // Under 2 MiB: never exported through IPC, no driver call.
+        Allocation {
+            buffer_id,
+            base: 0x7000_0000_0000,
+            bytes: 4096,
+        }
+    }
+
+    #[test]
+    fn vmm_keys_name_the_owner_and_the_allocation() {
+        let k = vmm_key(42);
+        assert_eq!(vmm_key_buffer(&k), 42);
+        assert_ne!(vmm_key(42), vmm_key(43));
+        assert_eq!(
+            u64::from_le_bytes(k[..8].try_into().unwrap()),
+            VMM_KEY_MAGIC
+        );
+    }
+
+    #[test]
+    fn a_vmm_share_lasts_while_a_registration_holds_it() {
+        let mut r = Registry::new(0);
+        let a = small(5);
+        assert_eq!(r.export(&a), None);
+        r.vmm_commit(5, 3);
+        assert_eq!(r.export(&a), Some((Share::Vmm, vmm_key(5))));
+        let t = r.share(&a, a.base + 8, 64).unwrap();
+        assert_eq!((t.offset, t.share, t.alloc_bytes), (8, Share::Vmm, 4096));
+        // Past the allocation: not shared.
+        assert!(r.share(&a, a.base + 8, 4096).is_none());
+        r.register_own(10, 5);
+        r.register_own(11, 5);
+        assert_eq!(r.deregister(10), None);
+        assert_eq!(r.export(&a), Some((Share::Vmm, vmm_key(5))));
+        assert_eq!(r.deregister(11), Some(3));
+        assert_eq!(r.export(&a), None);
+        // A registration of another allocation frees no share.
+        r.register_own(12, 6);
+        assert_eq!(r.deregister(12), None);
     }
 }

@@ -93,19 +93,14 @@ impl Inner {
         let target = if sched.receives_from.is_empty() {
             None
         } else {
-            let (addr, alloc, handle) = match driver::allocation_of(call.output.addr)? {
-                Some(a) => match st.registry.export(&a) {
-                    Some(h) => (call.output.addr, a, h),
-                    None => self.bounce(out_bytes, &mut st.registry, res, &mut bounce)?,
-                },
-                None => self.bounce(out_bytes, &mut st.registry, res, &mut bounce)?,
+            let direct = match driver::allocation_of(call.output.addr)? {
+                Some(a) => st.registry.share(&a, call.output.addr, out_bytes),
+                None => None,
             };
-            Some(Target {
-                buffer_id: alloc.buffer_id,
-                offset: addr - alloc.base,
-                alloc_bytes: alloc.bytes,
-                handle,
-            })
+            match direct {
+                Some(t) => Some(t),
+                None => Some(self.bounce(out_bytes, &mut st.registry, res, &mut bounce)?),
+            }
         };
         let post = Post {
             number,
@@ -113,6 +108,7 @@ impl Inner {
             digest: call.digest(),
             target,
             source: None,
+            note: 0,
         };
         board::publish(self.own().as_ref(), &post);
         self.queue_ce(
@@ -147,7 +143,7 @@ impl Inner {
             })?;
             peer_out[p] = st.registry.open(p, &t, captured)? + t.offset;
         }
-        st.registry.evict(stream, captured)?;
+        self.ce_evict(st, stream, captured)?;
         tracing::debug!(
             rank = me,
             seq = call.seq,
@@ -285,15 +281,15 @@ impl Inner {
         Ok(())
     }
 
-    /// A bounce buffer of `bytes` for an output peers cannot reach: its
-    /// address, allocation and handle (`bounce` keeps the address).
+    /// A bounce buffer of `bytes` for an output peers cannot reach, as
+    /// peers find it (`bounce` keeps its address).
     fn bounce(
         &self,
         bytes: u64,
         registry: &mut Registry,
         res: &mut Resources,
         bounce: &mut Option<u64>,
-    ) -> Result<(u64, driver::Allocation, [u8; 64])> {
+    ) -> Result<Target> {
         // A block of its own, never packed with others (see `registry`).
         let m = DevMem::alloc(
             bytes
@@ -303,13 +299,12 @@ impl Inner {
         )?;
         let alloc = driver::allocation_of(m.ptr)?
             .ok_or_else(|| Error::Backend("a new device allocation has no range".into()))?;
-        let handle = registry.export(&alloc).ok_or_else(|| {
+        let target = registry.share(&alloc, m.ptr, bytes).ok_or_else(|| {
             Error::Backend("cuIpcGetMemHandle failed on a cuMemAlloc block".into())
         })?;
-        let addr = m.ptr;
+        *bounce = Some(m.ptr);
         res.mems.push(m);
-        *bounce = Some(addr);
-        Ok((addr, alloc, handle))
+        Ok(target)
     }
 
     /// Every peer's post of the copy-engine call `mine` is ours of (ours
@@ -499,6 +494,11 @@ impl Inner {
 fn describe(p: &Post) -> String {
     if p.digest == super::register::DIGEST {
         format!("buffer registration before collective #{}", p.seq)
+    } else if p.digest == super::vmm::AGREE_DIGEST {
+        format!(
+            "agreement on VMM allocations of a buffer registration before collective #{}",
+            p.seq
+        )
     } else {
         format!("copy-engine collective #{}", p.seq)
     }

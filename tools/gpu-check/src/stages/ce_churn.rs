@@ -6,7 +6,7 @@
 //! unwritten. Then, once the peers' registration caches are full (after a
 //! warm-up), the same counters as `churn` must not grow.
 
-use super::churn::{counters, MAPPINGS_SLACK};
+use super::churn::{counters, grown};
 use gpucoll::{Communicator, DeviceBuffer};
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -79,27 +79,9 @@ pub(crate) fn stage_ce_churn(world: &Communicator, log: &mut String) -> gpucoll:
         t.elapsed().as_secs_f64(),
         t.elapsed().as_secs_f64() * 1e3 / cycles.max(1) as f64
     );
-    for ((name, b), (_, a)) in before.iter().zip(after.iter()) {
-        let growth = a - b;
-        // Device memory may move by what one evicted mapping keeps alive
-        // until its event completed (one peer output).
-        let allowed = if name.starts_with("device") {
-            (COUNT * 4 * world.size() / 1024) as i64 + 2048
-        } else if *name == "mappings" {
-            // The host heap may add or split a map region now and then; a
-            // leak per cycle would add hundreds of lines.
-            MAPPINGS_SLACK
-        } else {
-            0
-        };
-        let verdict = if growth <= allowed { "ok" } else { "GREW" };
-        if growth > allowed {
-            fails += 1;
-        }
-        let _ = writeln!(
-            log,
-            "rank {rank} {verdict}: {name}: {b} -> {a} (growth {growth})"
-        );
-    }
+    // Device memory may move by what one evicted mapping keeps alive
+    // until its event completed (one peer output).
+    let device_kib = (COUNT * 4 * world.size() / 1024) as i64 + 2048;
+    fails += grown(rank, &before, &after, device_kib, log);
     Ok(fails)
 }

@@ -14,6 +14,36 @@ use std::time::Instant;
 /// 1,000 copy-engine cycles), while a leak per cycle adds hundreds.
 pub(crate) const MAPPINGS_SLACK: i64 = 8;
 
+/// Compare counters taken before and after a churn loop, a line each in
+/// `log`: the number that grew by more than allowed. Device memory may
+/// grow by `device_kib` (what mappings released later still hold, the
+/// driver's granularity); `/proc/self/maps` by [`MAPPINGS_SLACK`]; the
+/// rest not at all.
+pub(crate) fn grown(
+    rank: usize,
+    before: &[(&str, i64)],
+    after: &[(&str, i64)],
+    device_kib: i64,
+    log: &mut String,
+) -> usize {
+    let mut fails = 0;
+    for ((name, b), (_, a)) in before.iter().zip(after.iter()) {
+        let growth = a - b;
+        let allowed = match *name {
+            n if n.starts_with("device") => device_kib,
+            "mappings" => MAPPINGS_SLACK,
+            _ => 0,
+        };
+        let verdict = if growth <= allowed { "ok" } else { "GREW" };
+        fails += usize::from(growth > allowed);
+        let _ = writeln!(
+            log,
+            "rank {rank} {verdict}: {name}: {b} -> {a} (growth {growth})"
+        );
+    }
+    fails
+}
+
 /// What one process holds, by counter name.
 pub(crate) fn counters(gpu: i32) -> gpucoll::Result<Vec<(&'static str, i64)>> {
     let count = |dir: &str| {
@@ -107,22 +137,7 @@ pub(crate) fn stage_churn(world: &Communicator, log: &mut String) -> gpucoll::Re
         t.elapsed().as_secs_f64(),
         t.elapsed().as_secs_f64() * 1e3 / cycles.max(1) as f64
     );
-    for ((name, b), (_, a)) in before.iter().zip(after.iter()) {
-        let growth = a - b;
-        // Device memory may move by the driver's allocation granularity.
-        let allowed = match *name {
-            n if n.starts_with("device") => 1024,
-            "mappings" => MAPPINGS_SLACK,
-            _ => 0,
-        };
-        let verdict = if growth <= allowed { "ok" } else { "GREW" };
-        if growth > allowed {
-            fails += 1;
-        }
-        let _ = writeln!(
-            log,
-            "rank {rank} {verdict}: {name}: {b} -> {a} (growth {growth})"
-        );
-    }
+    // Device memory may move by the driver's allocation granularity.
+    fails += grown(rank, &before, &after, 1024, log);
     Ok(fails)
 }

@@ -92,9 +92,19 @@ enum Release {
 }
 
 /// One allocation of some kind; freed on drop.
-struct Mem {
-    ptr: u64,
+pub(crate) struct Mem {
+    pub(crate) ptr: u64,
     release: Release,
+}
+
+impl Mem {
+    /// Memory someone else frees.
+    pub(crate) fn borrowed(ptr: u64) -> Mem {
+        Mem {
+            ptr,
+            release: Release::Nothing,
+        }
+    }
 }
 
 impl Drop for Mem {
@@ -158,64 +168,81 @@ impl Arena {
             cursor: 0,
         })
     }
+}
 
-    fn vmm(&self, bytes: usize, fd: bool) -> Result<Mem> {
-        // SAFETY: a plain C struct; every field the driver reads is set below.
-        let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
-        prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
-        prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
-        prop.location.id = self.gpu;
-        prop.requestedHandleTypes = if fd {
-            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-        } else {
-            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE
-        };
-        let mut gran = 0usize;
-        // SAFETY: writes one usize; prop is initialized.
-        ck(
-            unsafe {
-                sys::cuMemGetAllocationGranularity(
-                    &mut gran,
-                    &prop,
-                    sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
-                )
-            },
-            "cuMemGetAllocationGranularity",
-        )?;
-        let size = bytes.div_ceil(gran.max(1)) * gran.max(1);
-        let mut h: sys::CUmemGenericAllocationHandle = 0;
-        // SAFETY: writes one handle; prop is initialized.
-        ck(
-            unsafe { sys::cuMemCreate(&mut h, size, &prop, 0) },
-            "cuMemCreate",
-        )?;
-        let mut p = 0;
-        // SAFETY: writes one address; size is a multiple of the granularity.
-        let r = unsafe { sys::cuMemAddressReserve(&mut p, size, 0, 0, 0) };
-        if let Err(e) = ck(r, "cuMemAddressReserve") {
-            // SAFETY: the handle just created, unused.
-            unsafe { sys::cuMemRelease(h) };
-            return Err(e);
-        }
-        let mem = Mem {
-            ptr: p,
-            release: Release::Vmm(h, size),
-        };
-        // SAFETY: maps the whole handle at the reserved range (dropping
-        // `mem` undoes both on failure).
-        ck(unsafe { sys::cuMemMap(p, size, 0, h, 0) }, "cuMemMap")?;
-        let desc = sys::CUmemAccessDesc {
-            location: prop.location,
-            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
-        // SAFETY: one descriptor for the mapped range.
-        ck(
-            unsafe { sys::cuMemSetAccess(p, size, &desc, 1) },
-            "cuMemSetAccess",
-        )?;
-        Ok(mem)
+/// `bytes` (rounded up to the granularity) of `cuMemCreate` memory on
+/// `gpu`, mapped read-write there; exportable as a POSIX descriptor when
+/// `fd`.
+pub(crate) fn vmm_alloc(gpu: i32, bytes: usize, fd: bool) -> Result<Mem> {
+    let prop = vmm_prop(gpu, fd);
+    let mut gran = 0usize;
+    // SAFETY: writes one usize; prop is initialized.
+    ck(
+        unsafe {
+            sys::cuMemGetAllocationGranularity(
+                &mut gran,
+                &prop,
+                sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
+            )
+        },
+        "cuMemGetAllocationGranularity",
+    )?;
+    let size = bytes.div_ceil(gran.max(1)) * gran.max(1);
+    let mut h: sys::CUmemGenericAllocationHandle = 0;
+    // SAFETY: writes one handle; prop is initialized.
+    ck(
+        unsafe { sys::cuMemCreate(&mut h, size, &prop, 0) },
+        "cuMemCreate",
+    )?;
+    let mut p = 0;
+    // SAFETY: writes one address; size is a multiple of the granularity.
+    let r = unsafe { sys::cuMemAddressReserve(&mut p, size, 0, 0, 0) };
+    if let Err(e) = ck(r, "cuMemAddressReserve") {
+        // SAFETY: the handle just created, unused.
+        unsafe { sys::cuMemRelease(h) };
+        return Err(e);
     }
+    let mem = Mem {
+        ptr: p,
+        release: Release::Vmm(h, size),
+    };
+    // SAFETY: maps the whole handle at the reserved range (dropping
+    // `mem` undoes both on failure).
+    ck(unsafe { sys::cuMemMap(p, size, 0, h, 0) }, "cuMemMap")?;
+    set_rw(p, size, gpu)?;
+    Ok(mem)
+}
 
+/// Pinned device memory of `gpu`, exportable as a POSIX descriptor when
+/// `fd`.
+pub(crate) fn vmm_prop(gpu: i32, fd: bool) -> sys::CUmemAllocationProp {
+    // SAFETY: a plain C struct; every field the driver reads is set below.
+    let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = gpu;
+    prop.requestedHandleTypes = if fd {
+        sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+    } else {
+        sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE
+    };
+    prop
+}
+
+/// Make the mapped `[p, p + size)` readable and writable by `gpu`.
+pub(crate) fn set_rw(p: u64, size: usize, gpu: i32) -> Result<()> {
+    let desc = sys::CUmemAccessDesc {
+        location: vmm_prop(gpu, false).location,
+        flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    };
+    // SAFETY: one descriptor for a range the caller mapped.
+    ck(
+        unsafe { sys::cuMemSetAccess(p, size, &desc, 1) },
+        "cuMemSetAccess",
+    )
+}
+
+impl Arena {
     /// `bytes` (at least 4) of memory of `kind`, filled with -1.0 floats.
     fn alloc(&mut self, kind: Kind, bytes: usize) -> Result<Mem> {
         let bytes = bytes.max(4);
@@ -272,8 +299,8 @@ impl Arena {
                     release: Release::Pool(s),
                 }
             }
-            Kind::Vmm => self.vmm(bytes, false)?,
-            Kind::VmmFd => self.vmm(bytes, true)?,
+            Kind::Vmm => vmm_alloc(self.gpu, bytes, false)?,
+            Kind::VmmFd => vmm_alloc(self.gpu, bytes, true)?,
             Kind::Pinned => {
                 let mut h: *mut c_void = std::ptr::null_mut();
                 let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
@@ -313,7 +340,7 @@ impl Arena {
 /// is staged, while the DMA into device memory may still run on the legacy
 /// stream, which the collectives (on streams of their own) do not wait for
 /// (the raw entry points' contract: the caller's writes are complete).
-fn put(m: &Mem, v: &[f32]) -> Result<()> {
+pub(crate) fn put(m: &Mem, v: &[f32]) -> Result<()> {
     // SAFETY: `m` holds at least v.len() floats; `v` is read before the
     // legacy stream's synchronization returns.
     ck(
@@ -328,7 +355,7 @@ fn put(m: &Mem, v: &[f32]) -> Result<()> {
 }
 
 /// The first `n` floats of `m`.
-fn get(m: &Mem, n: usize) -> Result<Vec<f32>> {
+pub(crate) fn get(m: &Mem, n: usize) -> Result<Vec<f32>> {
     let mut v = vec![0f32; n];
     // SAFETY: `m` holds at least n floats; `v` has room for them.
     ck(
@@ -404,6 +431,25 @@ impl Run<'_> {
         }
     }
 
+    /// `send` uploaded into new memory of `kind` and an output of
+    /// `out_elems` floats, both registered when `reg`.
+    fn pair(
+        &mut self,
+        kind: Kind,
+        reg: bool,
+        send: &[f32],
+        out_elems: usize,
+        regs: &mut Vec<Registration>,
+    ) -> Result<(Mem, Mem)> {
+        let s = self.filled(kind, send)?;
+        let o = self.arena.alloc(kind, out_elems * 4)?;
+        if reg {
+            self.register(regs, &s, send.len() * 4, kind)?;
+            self.register(regs, &o, out_elems * 4, kind)?;
+        }
+        Ok((s, o))
+    }
+
     /// Every collective on `kind` for `n` elements; queued on the arena's
     /// stream when `queued`, registered first when `reg`.
     fn round(
@@ -432,15 +478,23 @@ impl Run<'_> {
         let mut regs = Vec::new();
         let f32t = Datatype::F32;
         let sum = ReduceOp::Sum;
+        // What `out` must hold after collective `what`; `keep` and the
+        // registrations made since the last check live until it.
+        let mut push = |what: &str, out: Mem, want: Vec<f32>, keep: Vec<Mem>, regs: &mut Vec<_>| {
+            checks.push(Check {
+                what: format!("{what} {tag}"),
+                out,
+                want,
+                _keep: keep,
+                _regs: std::mem::take(regs),
+            })
+        };
 
         // all_reduce out of place and in place
-        let send = self.filled(kind, &self.mine(it, n))?;
-        let out = self.arena.alloc(kind, nu * 4)?;
+        let (send, out) = self.pair(kind, reg, &self.mine(it, n), nu, &mut regs)?;
         let ip = self.filled(kind, &self.mine(it, n))?;
         if reg {
-            for m in [&send, &out, &ip] {
-                self.register(&mut regs, m, nu * 4, kind)?;
-            }
+            self.register(&mut regs, &ip, nu * 4, kind)?;
         }
         // SAFETY: the buffers live in `checks` until after the stream is synchronized.
         unsafe {
@@ -450,31 +504,16 @@ impl Run<'_> {
                 .all_reduce_raw(vp(&ip), vp(&ip), n, f32t, sum, stream)?;
         }
         let want: Vec<f32> = (0..n).map(|j| self.sum(j, it)).collect();
-        checks.push(Check {
-            what: format!("all_reduce {tag}"),
-            out,
-            want: want.clone(),
-            _keep: vec![send],
-            _regs: std::mem::take(&mut regs),
-        });
-        checks.push(Check {
-            what: format!("all_reduce in place {tag}"),
-            out: ip,
-            want,
-            _keep: vec![],
-            _regs: vec![],
-        });
+        push("all_reduce", out, want.clone(), vec![send], &mut regs);
+        push("all_reduce in place", ip, want, vec![], &mut vec![]);
 
         // all_gather out of place and in place
         let it1 = it + 1;
-        let send = self.filled(kind, &self.mine(it1, n))?;
-        let out = self.arena.alloc(kind, nu * size * 4)?;
+        let (send, out) = self.pair(kind, reg, &self.mine(it1, n), nu * size, &mut regs)?;
         let mut init = vec![-1.0; nu * size];
         init[rank * nu..(rank + 1) * nu].copy_from_slice(&self.mine(it1, n));
         let ip = self.filled(kind, &init)?;
         if reg {
-            self.register(&mut regs, &send, nu * 4, kind)?;
-            self.register(&mut regs, &out, nu * size * 4, kind)?;
             self.register(&mut regs, &ip, nu * size * 4, kind)?;
         }
         let mine_at = (ip.ptr + (rank * nu * 4) as u64) as usize as *const c_void;
@@ -488,51 +527,23 @@ impl Run<'_> {
         let want: Vec<f32> = (0..size)
             .flat_map(|r| (0..n).map(move |j| gv(r, j, it1)))
             .collect();
-        checks.push(Check {
-            what: format!("all_gather {tag}"),
-            out,
-            want: want.clone(),
-            _keep: vec![send],
-            _regs: std::mem::take(&mut regs),
-        });
-        checks.push(Check {
-            what: format!("all_gather in place {tag}"),
-            out: ip,
-            want,
-            _keep: vec![],
-            _regs: vec![],
-        });
+        push("all_gather", out, want.clone(), vec![send], &mut regs);
+        push("all_gather in place", ip, want, vec![], &mut vec![]);
 
         // reduce_scatter_block
         let it2 = it + 2;
-        let send = self.filled(kind, &self.mine(it2, total))?;
-        let out = self.arena.alloc(kind, nu * 4)?;
-        if reg {
-            self.register(&mut regs, &send, nu * size * 4, kind)?;
-            self.register(&mut regs, &out, nu * 4, kind)?;
-        }
+        let (send, out) = self.pair(kind, reg, &self.mine(it2, total), nu, &mut regs)?;
         // SAFETY: as above.
         unsafe {
             self.world
                 .reduce_scatter_block_raw(vp(&send), vp(&out), n, f32t, sum, stream)?
         };
         let want: Vec<f32> = (0..n).map(|j| self.sum(rank as u64 * n + j, it2)).collect();
-        checks.push(Check {
-            what: format!("reduce_scatter_block {tag}"),
-            out,
-            want,
-            _keep: vec![send],
-            _regs: std::mem::take(&mut regs),
-        });
+        push("reduce_scatter_block", out, want, vec![send], &mut regs);
 
         // all_to_all
         let it3 = it + 3;
-        let send = self.filled(kind, &self.mine(it3, total))?;
-        let out = self.arena.alloc(kind, nu * size * 4)?;
-        if reg {
-            self.register(&mut regs, &send, nu * size * 4, kind)?;
-            self.register(&mut regs, &out, nu * size * 4, kind)?;
-        }
+        let (send, out) = self.pair(kind, reg, &self.mine(it3, total), nu * size, &mut regs)?;
         // SAFETY: as above.
         unsafe {
             self.world
@@ -541,13 +552,7 @@ impl Run<'_> {
         let want: Vec<f32> = (0..size)
             .flat_map(|s| (0..n).map(move |j| gv(s, rank as u64 * n + j, it3)))
             .collect();
-        checks.push(Check {
-            what: format!("all_to_all {tag}"),
-            out,
-            want,
-            _keep: vec![send],
-            _regs: std::mem::take(&mut regs),
-        });
+        push("all_to_all", out, want, vec![send], &mut regs);
 
         // broadcast from `root`
         let it4 = it + 4;
@@ -563,22 +568,11 @@ impl Run<'_> {
         // SAFETY: as above.
         unsafe { self.world.broadcast_raw(vp(&b), n, f32t, root, stream)? };
         let want: Vec<f32> = (0..n).map(|j| gv(root, j, it4)).collect();
-        checks.push(Check {
-            what: format!("broadcast {tag}"),
-            out: b,
-            want,
-            _keep: vec![],
-            _regs: std::mem::take(&mut regs),
-        });
+        push("broadcast", b, want, vec![], &mut regs);
 
         // reduce to rank 0
         let it5 = it + 5;
-        let send = self.filled(kind, &self.mine(it5, n))?;
-        let out = self.arena.alloc(kind, nu * 4)?;
-        if reg {
-            self.register(&mut regs, &send, nu * 4, kind)?;
-            self.register(&mut regs, &out, nu * 4, kind)?;
-        }
+        let (send, out) = self.pair(kind, reg, &self.mine(it5, n), nu, &mut regs)?;
         // SAFETY: as above.
         unsafe {
             self.world
@@ -589,22 +583,11 @@ impl Run<'_> {
         } else {
             vec![-1.0; nu]
         };
-        checks.push(Check {
-            what: format!("reduce {tag}"),
-            out,
-            want,
-            _keep: vec![send],
-            _regs: std::mem::take(&mut regs),
-        });
+        push("reduce", out, want, vec![send], &mut regs);
 
         // gather to `root`, scatter from `root`
         let it6 = it + 6;
-        let send = self.filled(kind, &self.mine(it6, n))?;
-        let out = self.arena.alloc(kind, nu * size * 4)?;
-        if reg {
-            self.register(&mut regs, &send, nu * 4, kind)?;
-            self.register(&mut regs, &out, nu * size * 4, kind)?;
-        }
+        let (send, out) = self.pair(kind, reg, &self.mine(it6, n), nu * size, &mut regs)?;
         // SAFETY: as above.
         unsafe {
             self.world
@@ -617,34 +600,17 @@ impl Run<'_> {
         } else {
             vec![-1.0; nu * size]
         };
-        checks.push(Check {
-            what: format!("gather {tag}"),
-            out,
-            want,
-            _keep: vec![send],
-            _regs: std::mem::take(&mut regs),
-        });
+        push("gather", out, want, vec![send], &mut regs);
 
         let it7 = it + 7;
-        let send = self.filled(kind, &self.mine(it7, total))?;
-        let out = self.arena.alloc(kind, nu * 4)?;
-        if reg {
-            self.register(&mut regs, &send, nu * size * 4, kind)?;
-            self.register(&mut regs, &out, nu * 4, kind)?;
-        }
+        let (send, out) = self.pair(kind, reg, &self.mine(it7, total), nu, &mut regs)?;
         // SAFETY: as above.
         unsafe {
             self.world
                 .scatter_raw(vp(&send), vp(&out), n, f32t, root, stream)?
         };
         let want: Vec<f32> = (0..n).map(|j| gv(root, rank as u64 * n + j, it7)).collect();
-        checks.push(Check {
-            what: format!("scatter {tag}"),
-            out,
-            want,
-            _keep: vec![send],
-            _regs: regs,
-        });
+        push("scatter", out, want, vec![send], &mut regs);
         self.calls += 10;
         Ok(checks)
     }

@@ -16,6 +16,7 @@ mod registered;
 mod soak;
 mod threads;
 mod timeout;
+mod vmm;
 
 use ce_churn::stage_ce_churn;
 use ce_mixed::stage_ce_mixed;
@@ -36,6 +37,7 @@ use std::ffi::c_void;
 use std::fmt::Write as _;
 use threads::stage_threads;
 use timeout::stage_timeout;
+use vmm::stage_vmm;
 
 /// Input value of rank `r` at index `j` in round `it`: small integers,
 /// so f32 sums are exact.
@@ -135,6 +137,7 @@ pub(crate) fn run_stage(
         "interop" => stage_interop(world, log),
         "memkinds" => stage_memkinds(world, log),
         "threads" => stage_threads(world, log),
+        "vmm" => stage_vmm(world, log),
         other => Err(gpucoll::Error::InvalidUsage(format!(
             "unknown stage {other}"
         ))),

@@ -13,7 +13,7 @@
 //! 3. **Refused memory**: the last rank registers a host buffer and gets
 //!    `WrongMemory`, the others succeed, and the communicator still works.
 
-use super::churn::{counters, MAPPINGS_SLACK};
+use super::churn::{counters, grown};
 use gpucoll::{Communicator, DeviceBuffer, Error};
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -149,26 +149,10 @@ pub(crate) fn stage_register(world: &Communicator, log: &mut String) -> gpucoll:
         t.elapsed().as_secs_f64(),
         t.elapsed().as_secs_f64() * 1e3 / cycles.max(1) as f64
     );
-    for ((name, b), (_, a)) in before.iter().zip(after.iter()) {
-        let growth = a - b;
-        // Device memory may move by the outputs evicted mappings keep
-        // alive until their events completed (the GPU may be shared).
-        let allowed = if name.starts_with("device") {
-            (COUNT * 4 * n * n / 1024) as i64 + 4096
-        } else if *name == "mappings" {
-            // The host heap may add or split a map region now and then; a
-            // leak per cycle would add hundreds of lines.
-            MAPPINGS_SLACK
-        } else {
-            0
-        };
-        let verdict = if growth <= allowed { "ok" } else { "GREW" };
-        fails += usize::from(growth > allowed);
-        let _ = writeln!(
-            log,
-            "rank {rank} {verdict}: {name}: {b} -> {a} (growth {growth})"
-        );
-    }
+    // Device memory may move by the outputs evicted mappings keep alive
+    // until their events completed (the GPU may be shared).
+    let device_kib = (COUNT * 4 * n * n / 1024) as i64 + 4096;
+    fails += grown(rank, &before, &after, device_kib, log);
 
     // 3. Host memory refused on one rank only; everyone goes on.
     let host = vec![0f32; COUNT];

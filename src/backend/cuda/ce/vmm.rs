@@ -1,0 +1,240 @@
+//! VMM allocations (`cuMemCreate` + `cuMemMap`) as registered buffers.
+//! Legacy IPC refuses them; their physical allocation is exported as a
+//! POSIX file descriptor instead (when it was created exportable as one),
+//! passed to each peer through the ranks' sockets (`fdpass.rs`), and
+//! imported and mapped there.
+//!
+//! A descriptor can be imported once, not opened again at a later call as
+//! an IPC handle can, so the rules differ from IPC's:
+//!
+//! * **Only a registration shares one** (`register.rs`), collectively: the
+//!   owner posts it as [`Share::VmmFresh`] and sends its descriptor to
+//!   every peer, each peer imports it, and a second round of posts agrees
+//!   on the outcome (a peer whose import failed, or whose descriptor did
+//!   not come within [`FD_WAIT`], names the owner in its note). If any
+//!   rank failed, every rank drops it alike: the registration is not
+//!   direct and calls use bounce buffers, as for any memory that cannot be
+//!   exported.
+//! * **Peers keep the import while the owner shares it**: later calls post
+//!   it as [`Share::Vmm`], and every peer finds it mapped. The owner shares
+//!   it while one of its registrations holds it, at most
+//!   [`VMM_SLOTS`] allocations at once (more are not direct); its share
+//!   table (`board.rs`) says which. A peer compares the table whenever its
+//!   generation moved and releases the imports dropped from it once the
+//!   work queued before is done; until then the owner's freed memory stays
+//!   allocated.
+
+use super::super::driver::CUstream;
+use super::super::state::Inner;
+use super::board::{self, Post, Share, VMM_SLOTS};
+use super::fdpass::{FdSocket, Words};
+use super::State;
+use crate::backend::shared::shm::Mapping;
+use crate::error::{Error, Result};
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+/// The digest of the agreement round (no collective hashes to it).
+pub(super) const AGREE_DIGEST: u64 = 0x564d_4d5f_4147_5245;
+/// How long an importer waits for a descriptor its owner posted before it
+/// names the owner as failed (the sends happen right after the posts were
+/// read, so this only matters when the owner could not send).
+const FD_WAIT: Duration = Duration::from_secs(10);
+
+/// Our VMM allocation offered in a registration: its slot, buffer ID and
+/// descriptor.
+pub(super) struct Fresh {
+    pub slot: usize,
+    pub buffer_id: u64,
+    pub fd: OwnedFd,
+}
+
+impl Inner {
+    /// The socket peers send descriptors to, bound at the first
+    /// registration (before its post, so a peer that read the post can
+    /// send). None when it cannot be bound: VMM allocations are then
+    /// neither shared nor imported.
+    pub(super) fn fd_socket(&self) -> Option<&FdSocket> {
+        self.ce
+            .socket
+            .get_or_init(|| {
+                let own: &Mapping = self.own().as_ref();
+                let name = own.name().to_string();
+                FdSocket::bind(&name)
+                    .inspect_err(|e| {
+                        tracing::warn!(
+                            rank = self.rank,
+                            "VMM allocations will not be registered directly: {e}"
+                        )
+                    })
+                    .ok()
+            })
+            .as_ref()
+    }
+
+    /// After a registration's posts: pass the fresh VMM descriptors
+    /// (ours in `fresh`), import the peers', and agree with every rank.
+    /// Returns the ranks whose offer failed somewhere (a bit each): their
+    /// imports are dropped here, and ours is shared only if our bit is
+    /// clear.
+    pub(super) fn vmm_exchange(
+        &self,
+        st: &mut State,
+        seq: u64,
+        posts: &[Option<Post>],
+        fresh: Option<&Fresh>,
+    ) -> Result<u64> {
+        let (n, me) = (self.nranks, self.rank);
+        let number = posts[me].map_or(0, |p| p.number);
+        let mut failed = 0u64;
+        let socket = self.fd_socket();
+        if let Some(f) = fresh {
+            // Listed before the agreement's post, so a peer that reads it
+            // sees the slot when it looks at our table.
+            board::vmm_set(self.own().as_ref(), f.slot, f.buffer_id);
+            let words: Words = [number, me as u64, f.buffer_id];
+            for p in (0..n).filter(|&p| p != me) {
+                let sent = match socket {
+                    Some(s) => self.send_fd(s, p, &words, &f.fd),
+                    None => Err(Error::Backend("no socket".into())),
+                };
+                if let Err(e) = sent {
+                    tracing::warn!(rank = me, peer = p, "VMM descriptor not sent: {e}");
+                    failed |= 1 << me;
+                }
+            }
+        }
+        let offers: Vec<(usize, board::Target)> = posts
+            .iter()
+            .enumerate()
+            .filter(|(p, _)| *p != me)
+            .filter_map(|(p, q)| q.and_then(|q| q.target).map(|t| (p, t)))
+            .filter(|(_, t)| t.share == Share::VmmFresh)
+            .collect();
+        for (p, t) in &offers {
+            let imported = match socket {
+                Some(s) => self
+                    .await_fd(s, st, number, *p, t.buffer_id)
+                    .and_then(|fd| st.registry.import_vmm(*p, t, &fd)),
+                None => Err(Error::Backend("no socket".into())),
+            };
+            if let Err(e) = imported {
+                tracing::warn!(rank = me, peer = *p, "VMM allocation not imported: {e}");
+                failed |= 1 << p;
+            }
+        }
+
+        // Agree: every rank posts whom it failed with.
+        let agree = Post {
+            number: st.calls,
+            seq,
+            digest: AGREE_DIGEST,
+            target: None,
+            source: None,
+            note: failed,
+        };
+        st.calls += 1;
+        board::publish(self.own().as_ref(), &agree);
+        let all = self.await_posts(&agree)?;
+        let failed = all.iter().flatten().fold(0, |acc, q| acc | q.note);
+        for (p, t) in &offers {
+            if failed & 1 << p != 0 {
+                st.registry.drop_import(*p, &t.handle);
+            }
+        }
+        if let Some(f) = fresh {
+            if failed & 1 << me == 0 {
+                st.registry.vmm_commit(f.buffer_id, f.slot);
+            } else {
+                board::vmm_set(self.own().as_ref(), f.slot, 0);
+            }
+        }
+        tracing::debug!(
+            rank = me,
+            offered = fresh.is_some(),
+            imported = offers.len(),
+            failed = format!("{failed:#x}"),
+            "VMM allocations exchanged"
+        );
+        Ok(failed)
+    }
+
+    /// Send `fd` to rank `p`, retrying while its socket buffer is full.
+    fn send_fd(&self, s: &FdSocket, p: usize, words: &Words, fd: &OwnedFd) -> Result<()> {
+        let seg: &Mapping = self.segs[p].as_ref();
+        let peer = seg.name().to_string();
+        let start = Instant::now();
+        while !s.send(&peer, words, fd)? {
+            if start.elapsed() >= FD_WAIT {
+                return Err(Error::Backend(format!("rank {p}'s socket stayed full")));
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(())
+    }
+
+    /// The descriptor rank `p` sends for call `number` and its buffer
+    /// `buffer_id`. Messages of other peers of the same call wait in the
+    /// stash; those of earlier calls (a wait that gave up) are closed.
+    fn await_fd(
+        &self,
+        s: &FdSocket,
+        st: &mut State,
+        number: u64,
+        p: usize,
+        buffer_id: u64,
+    ) -> Result<OwnedFd> {
+        let want: Words = [number, p as u64, buffer_id];
+        let start = Instant::now();
+        loop {
+            while let Some(m) = s.try_recv()? {
+                st.fd_stash.push(m);
+            }
+            st.fd_stash.retain(|(w, _)| w[0] >= number);
+            if let Some(i) = st.fd_stash.iter().position(|(w, _)| *w == want) {
+                return Ok(st.fd_stash.swap_remove(i).1);
+            }
+            if self.own().abort_word() != 0 {
+                return Err(self.state_error().unwrap_or(Error::Aborted));
+            }
+            if let Some(e) = self.liveness.dead() {
+                return Err(e);
+            }
+            if start.elapsed() >= FD_WAIT.min(self.timeout) {
+                return Err(Error::Backend(format!(
+                    "no descriptor from rank {p} within {:?}",
+                    FD_WAIT.min(self.timeout)
+                )));
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+
+    /// Release the imports peers stopped sharing, then evict beyond the
+    /// cache's limits (the registry's `evict`), after a call's mappings
+    /// were opened.
+    pub(super) fn ce_evict(&self, st: &mut State, stream: CUstream, captured: bool) -> Result<()> {
+        if !captured {
+            for p in st.registry.vmm_peers() {
+                let seg: &Mapping = self.segs[p].as_ref();
+                let generation = board::vmm_generation(seg);
+                if st.registry.vmm_seen(p) != Some(generation)
+                    && st
+                        .registry
+                        .retire_unshared(p, |b| board::vmm_shares(seg, b), stream)?
+                {
+                    st.registry.vmm_mark_seen(p, generation);
+                }
+            }
+        }
+        st.registry.evict(stream, captured)
+    }
+
+    /// Our registration `id` ended: stop sharing the VMM allocation no
+    /// registration of ours holds any more.
+    pub(super) fn vmm_unshare(&self, slot: Option<usize>) {
+        if let Some(slot) = slot.filter(|s| *s < VMM_SLOTS) {
+            board::vmm_set(self.own().as_ref(), slot, 0);
+        }
+    }
+}
