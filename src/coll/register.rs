@@ -52,12 +52,15 @@ impl Registration {
     /// be without registration.
     ///
     /// `cuMemCreate` memory that can be exported as a file descriptor is
-    /// shared by passing the descriptor to the other ranks of the node;
-    /// they keep it mapped until no registration of its owner holds it
-    /// any more (its pages stay allocated until then, and until each
-    /// peer's next registration or copy-engine call on the communicator,
-    /// or the communicator's end), and a rank shares at most 64 such
-    /// allocations per communicator at once (beyond that, not direct).
+    /// shared by passing the descriptor to the other ranks of the node
+    /// (also without registration, from the second copy-engine call that
+    /// receives into it). The peers keep it mapped while it is shared: a
+    /// registration's share ends with the owner's last registration of
+    /// it, a copy-engine call's once the owner sees the memory freed, and
+    /// the peers release it at their next registration or copy-engine
+    /// call on the communicator, or at its end (the pages stay allocated
+    /// until then). A rank shares at most 64 such allocations per
+    /// communicator at once (beyond that, not direct).
     pub fn is_direct(&self) -> bool {
         self.done.is_some_and(|r| r.direct)
     }

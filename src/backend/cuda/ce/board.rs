@@ -38,13 +38,14 @@ pub(crate) const READY_OFF: usize = STATUS_END;
 pub(crate) const DONE_OFF: usize = READY_OFF + 64;
 /// Two slots of [`Post`].
 const BOARD_OFF: usize = DONE_OFF + 64;
-const SLOT_BYTES: usize = 256;
+const SLOT_BYTES: usize = 512;
 /// A slot's words: 0 the tag, 1 the digest, 2 the sequence number, 3 the
-/// note, then the receive target and the source target (a kind word,
-/// buffer ID, offset, allocation bytes and the handle each).
-const WORDS: usize = TARGET_AT + 2 * TARGET_WORDS;
+/// note, then the receive target, the source target and the VMM offer (a
+/// kind word, buffer ID, offset, allocation bytes and the handle each).
+const WORDS: usize = TARGET_AT + 3 * TARGET_WORDS;
 const TARGET_AT: usize = 4;
 const SOURCE_AT: usize = TARGET_AT + TARGET_WORDS;
+const OFFER_AT: usize = SOURCE_AT + TARGET_WORDS;
 const TARGET_WORDS: usize = 4 + HANDLE_WORDS;
 const HANDLE_WORDS: usize = 8;
 const _: () = assert!(WORDS * 8 <= SLOT_BYTES);
@@ -93,6 +94,10 @@ pub(crate) struct Post {
     pub source: Option<Target>,
     /// A word of the call's own (a VMM agreement's failure bits).
     pub note: u64,
+    /// A VMM allocation of this rank's offered for sharing in this call
+    /// ([`Share::VmmFresh`]; a copy-engine call's output it could not
+    /// post as its target): `vmm.rs`.
+    pub offer: Option<Target>,
 }
 
 /// How peers reach a [`Target`]'s allocation.
@@ -156,7 +161,11 @@ pub(crate) fn publish(own: &Mapping, post: &Post) {
     w(1).store(post.digest, Ordering::Relaxed);
     w(2).store(post.seq, Ordering::Relaxed);
     w(3).store(post.note, Ordering::Relaxed);
-    for (at, t) in [(TARGET_AT, &post.target), (SOURCE_AT, &post.source)] {
+    for (at, t) in [
+        (TARGET_AT, &post.target),
+        (SOURCE_AT, &post.source),
+        (OFFER_AT, &post.offer),
+    ] {
         match t {
             Some(t) => {
                 w(at).store(t.share.word(), Ordering::Relaxed);
@@ -207,6 +216,7 @@ pub(crate) fn read(peer: &Mapping, call: u64) -> Option<Post> {
         target: target_at(TARGET_AT),
         source: target_at(SOURCE_AT),
         note: w(3).load(Ordering::Relaxed),
+        offer: target_at(OFFER_AT),
     })
 }
 
@@ -253,6 +263,7 @@ mod tests {
             target: Some(t),
             source: None,
             note: 0,
+            offer: None,
         };
         publish(&m, &a);
         assert_eq!(read(&m, 0), Some(a));
@@ -268,6 +279,11 @@ mod tests {
                 ..t
             }),
             note: 0b101,
+            offer: Some(Target {
+                buffer_id: 9,
+                share: Share::VmmFresh,
+                ..t
+            }),
         };
         publish(&m, &b);
         assert_eq!(read(&m, 1), Some(b));

@@ -13,9 +13,10 @@
 //!    never posts ends in `Timeout` after `GPUCOLL_TIMEOUT`, or at once in
 //!    `PeerFailed` when the node's abort word rises or its process died.
 //!    Peers' allocations are opened once and cached (`registry.rs`).
-//!    An output that cannot be exported (a pool or VMM allocation, or a
-//!    small allocation the driver packed with others into a shared block)
-//!    is received in a bounce buffer of ours and copied out afterwards.
+//!    An output that cannot be exported (a pool allocation, a VMM one not
+//!    shared yet, or a small allocation the driver packed with others
+//!    into a shared block) is received in a bounce buffer of ours and
+//!    copied out afterwards; a VMM one is offered beside it (`vmm.rs`).
 //! 2. **Ready** (stream memory operations on host-mapped flags): each rank
 //!    raises `ready` in every sender's segment once its stream reached
 //!    the call (its output may be overwritten), then waits for the
@@ -32,8 +33,8 @@
 //!    (which follows their copies in their streams' order).
 //!
 //! VMM allocations (`cuMemCreate`) cannot be exported as IPC handles: a
-//! registration shares them as file descriptors instead (`vmm.rs`,
-//! `fdpass.rs`).
+//! registration, or the copy-engine calls receiving into them, share them
+//! as file descriptors instead (`vmm.rs`, `fdpass.rs`).
 //!
 //! Every stream operation is captured into CUDA graphs like kernels are;
 //! the flags are reset by the waiter, so replays repeat the same stores.

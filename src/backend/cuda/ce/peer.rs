@@ -218,6 +218,7 @@ impl Inner {
             target,
             source,
             note: 0,
+            offer: None,
         };
         board::publish(self.own().as_ref(), &post);
         let posts = self.await_posts(&post)?;

@@ -13,16 +13,15 @@
 //! a registration is local: it closes what this rank opened, and a
 //! peer's memory is released once every rank dropped its own.
 //!
-//! A VMM allocation (`cuMemCreate`, exportable as a POSIX descriptor) is
-//! shared by its first registration on the communicator, with one more
-//! round of posts (`vmm.rs`); peers keep it mapped until no registration
-//! of its owner holds it.
+//! A VMM allocation (`cuMemCreate`, exportable as a POSIX descriptor) not
+//! shared yet is shared by its registration, with one more round of posts
+//! (`vmm.rs`); peers keep it mapped until no registration of its owner
+//! holds it.
 
 use super::super::driver;
 use super::super::state::Inner;
-use super::board::{self, Post, Share, Target};
-use super::registry::vmm_key;
-use super::vmm::Fresh;
+use super::board::{self, Post};
+use super::vmm::{fresh_offers, Fresh};
 use crate::backend::Registered;
 use crate::buffer::{MemoryKind, RawBuffer};
 use crate::error::{Error, Result};
@@ -79,18 +78,9 @@ impl Inner {
                 let fits = buf.addr.saturating_add(bytes) <= a.base.saturating_add(a.bytes);
                 if target.is_none() && fits && socket {
                     if let Some((slot, fd)) = st.registry.vmm_offer(&a)? {
-                        target = Some(Target {
-                            buffer_id: a.buffer_id,
-                            offset: buf.addr - a.base,
-                            alloc_bytes: a.bytes,
-                            handle: vmm_key(a.buffer_id),
-                            share: Share::VmmFresh,
-                        });
-                        fresh = Some(Fresh {
-                            slot,
-                            buffer_id: a.buffer_id,
-                            fd,
-                        });
+                        let f = Fresh { slot, alloc: a, fd };
+                        target = Some(f.target(buf.addr));
+                        fresh = Some(f);
                     }
                 }
             }
@@ -102,6 +92,7 @@ impl Inner {
             target,
             source: None,
             note: 0,
+            offer: None,
         };
         board::publish(self.own().as_ref(), &post);
         // A rendezvous that fails leaves the peers' calls out of step:
@@ -109,13 +100,10 @@ impl Inner {
         let mut posts = self.await_posts(&post).inspect_err(|e| {
             self.mark_failed(e.to_string());
         })?;
-        let any_fresh = posts
-            .iter()
-            .flatten()
-            .any(|q| q.target.is_some_and(|t| t.share == Share::VmmFresh));
-        if any_fresh {
+        let offers = fresh_offers(&posts, me, |q| q.target);
+        if fresh.is_some() || !offers.is_empty() {
             let failed = self
-                .vmm_exchange(&mut st, seq, &posts, fresh.as_ref())
+                .vmm_exchange(&mut st, seq, number, &offers, fresh.as_ref(), true)
                 .inspect_err(|e| {
                     self.mark_failed(e.to_string());
                 })?;

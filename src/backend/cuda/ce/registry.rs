@@ -34,6 +34,20 @@ use std::collections::{HashMap, VecDeque};
 use std::os::fd::OwnedFd;
 use std::sync::Mutex;
 
+/// Our VMM allocations that could not be offered, remembered so that a
+/// call does not ask the driver again.
+const MAX_VMM_REFUSED: usize = 1024;
+
+/// One of our VMM allocations the peers keep mapped.
+#[derive(Debug, Clone, Copy)]
+struct VmmShare {
+    slot: usize,
+    base: u64,
+    /// Shared by a registration (it ends with the last one), else by a
+    /// copy-engine call (it ends when the allocation is gone).
+    by_registration: bool,
+}
+
 /// Peer mappings kept open (all peers together).
 pub(crate) const MAX_MAPPINGS: usize = 32;
 /// Bytes of peers' allocations kept mapped (all peers together), beyond
@@ -178,8 +192,12 @@ pub(crate) struct Registry {
     registrations: HashMap<u64, Vec<(usize, Handle)>>,
     /// Our own allocations (buffer IDs) of the live registrations, by id.
     own: HashMap<u64, u64>,
-    /// Our VMM allocations the peers keep mapped: their share slots.
-    vmm_own: HashMap<u64, usize>,
+    /// Our VMM allocations the peers keep mapped, by buffer ID.
+    vmm_own: HashMap<u64, VmmShare>,
+    /// Our VMM allocations that cannot be offered (by buffer ID).
+    vmm_refused: std::collections::HashSet<u64>,
+    /// The next share whose allocation [`vmm_gone`](Self::vmm_gone) looks at.
+    vmm_cursor: usize,
     /// The generation of each peer's share table when we last compared.
     vmm_seen: HashMap<usize, u64>,
 }
@@ -196,6 +214,8 @@ impl Registry {
             registrations: HashMap::new(),
             own: HashMap::new(),
             vmm_own: HashMap::new(),
+            vmm_refused: std::collections::HashSet::new(),
+            vmm_cursor: 0,
             vmm_seen: HashMap::new(),
         }
     }
@@ -261,26 +281,82 @@ impl Registry {
     /// A VMM allocation of ours not shared yet, if it can be (a share slot
     /// is free and the driver exports it as a descriptor): its slot and
     /// descriptor.
-    pub(crate) fn vmm_offer(&self, alloc: &Allocation) -> Result<Option<(usize, OwnedFd)>> {
-        if self.vmm_own.contains_key(&alloc.buffer_id) {
+    pub(crate) fn vmm_offer(&mut self, alloc: &Allocation) -> Result<Option<(usize, OwnedFd)>> {
+        if !self.vmm_may_offer(alloc.buffer_id) {
             return Ok(None);
         }
-        let Some(slot) = (0..VMM_SLOTS).find(|s| !self.vmm_own.values().any(|v| v == s)) else {
+        let Some(slot) = (0..VMM_SLOTS).find(|s| !self.vmm_own.values().any(|v| v.slot == *s))
+        else {
             tracing::debug!(
                 buffer = alloc.buffer_id,
                 "VMM allocation not shared: {VMM_SLOTS} shared already"
             );
             return Ok(None);
         };
-        let Some(h) = driver::vmm_retain(alloc.base, alloc.bytes)? else {
-            return Ok(None);
-        };
-        Ok(h.export_fd().map(|fd| (slot, fd)))
+        let fd = driver::vmm_retain(alloc.base, alloc.bytes)?.and_then(|h| h.export_fd());
+        if fd.is_none() {
+            if self.vmm_refused.len() >= MAX_VMM_REFUSED {
+                self.vmm_refused.clear();
+            }
+            self.vmm_refused.insert(alloc.buffer_id);
+        }
+        Ok(fd.map(|fd| (slot, fd)))
     }
 
-    /// Our VMM allocation `buffer_id` is shared in `slot` now.
-    pub(crate) fn vmm_commit(&mut self, buffer_id: u64, slot: usize) {
-        self.vmm_own.insert(buffer_id, slot);
+    /// Whether our allocation `buffer_id` is neither shared nor known not
+    /// to be offerable.
+    pub(crate) fn vmm_may_offer(&self, buffer_id: u64) -> bool {
+        !self.vmm_own.contains_key(&buffer_id) && !self.vmm_refused.contains(&buffer_id)
+    }
+
+    /// Our VMM allocation `alloc` is shared in `slot` now, by a
+    /// registration or else by a copy-engine call.
+    pub(crate) fn vmm_commit(&mut self, alloc: &Allocation, slot: usize, by_registration: bool) {
+        self.vmm_own.insert(
+            alloc.buffer_id,
+            VmmShare {
+                slot,
+                base: alloc.base,
+                by_registration,
+            },
+        );
+    }
+
+    /// Our VMM allocation `buffer_id` could not be shared (its offer failed
+    /// on some rank): it is not offered again.
+    pub(crate) fn vmm_refuse(&mut self, buffer_id: u64) {
+        self.vmm_refused.insert(buffer_id);
+    }
+
+    /// Look at the shares copy-engine calls made (all of them, or the
+    /// next one in turn): those whose allocation was freed (the address
+    /// holds another buffer or none) are no longer shared; their slots,
+    /// to clear.
+    pub(crate) fn vmm_gone(&mut self, all: bool) -> Result<Vec<usize>> {
+        let mut auto: Vec<(u64, VmmShare)> = self
+            .vmm_own
+            .iter()
+            .filter(|(_, s)| !s.by_registration)
+            .map(|(b, s)| (*b, *s))
+            .collect();
+        if auto.is_empty() {
+            return Ok(Vec::new());
+        }
+        auto.sort_unstable_by_key(|(_, s)| s.slot);
+        if !all {
+            self.vmm_cursor = (self.vmm_cursor + 1) % auto.len();
+            auto = vec![auto[self.vmm_cursor]];
+        }
+        let mut gone = Vec::new();
+        for (buffer_id, share) in auto {
+            let alive =
+                driver::allocation_of(share.base)?.is_some_and(|a| a.buffer_id == buffer_id);
+            if !alive {
+                self.vmm_own.remove(&buffer_id);
+                gone.push(share.slot);
+            }
+        }
+        Ok(gone)
     }
 
     /// Import `target`, `peer`'s VMM allocation, from `fd` (kept while the
@@ -426,10 +502,12 @@ impl Registry {
     /// (the caller clears it: peers then release their imports).
     pub(crate) fn deregister(&mut self, id: u64) -> Option<usize> {
         let unshared = self.own.remove(&id).and_then(|b| {
-            if self.own.values().any(|o| *o == b) {
+            let held = self.own.values().any(|o| *o == b);
+            let by_reg = self.vmm_own.get(&b).is_some_and(|s| s.by_registration);
+            if held || !by_reg {
                 None
             } else {
-                self.vmm_own.remove(&b)
+                self.vmm_own.remove(&b).map(|s| s.slot)
             }
         });
         for key in self.registrations.remove(&id).unwrap_or_default() {
@@ -526,7 +604,7 @@ mod tests {
         let mut r = Registry::new(0);
         let a = small(5);
         assert_eq!(r.export(&a), None);
-        r.vmm_commit(5, 3);
+        r.vmm_commit(&a, 3, true);
         assert_eq!(r.export(&a), Some((Share::Vmm, vmm_key(5))));
         let t = r.share(&a, a.base + 8, 64).unwrap();
         assert_eq!((t.offset, t.share, t.alloc_bytes), (8, Share::Vmm, 4096));
@@ -541,5 +619,11 @@ mod tests {
         // A registration of another allocation frees no share.
         r.register_own(12, 6);
         assert_eq!(r.deregister(12), None);
+        // A share a copy-engine call made outlives registrations of it.
+        let b = small(7);
+        r.vmm_commit(&b, 4, false);
+        r.register_own(13, 7);
+        assert_eq!(r.deregister(13), None);
+        assert_eq!(r.export(&b), Some((Share::Vmm, vmm_key(7))));
     }
 }

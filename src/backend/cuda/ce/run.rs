@@ -12,6 +12,7 @@ use super::super::state::Inner;
 use super::board::{self, Post, Target};
 use super::registry::{Registry, BLOCK_BYTES};
 use super::schedule::{self, incoming, schedule, Source};
+use super::vmm::{fresh_offers, Fresh};
 use super::State;
 use crate::error::{Error, Result};
 use std::sync::atomic::Ordering;
@@ -84,19 +85,24 @@ impl Inner {
         let mut st = self.ce.state.lock().unwrap_or_else(|p| p.into_inner());
         self.ce.used.store(true, Ordering::Release);
         st.registry.begin_call()?;
+        self.vmm_check_gone(&mut st)?;
         let number = st.calls;
         st.calls += 1;
 
         // 1. Post where peers push, then read every peer's post.
         let out_bytes = call.output.elems.saturating_mul(call.esize());
         let mut bounce = None;
+        let mut fresh = None;
         let target = if sched.receives_from.is_empty() {
             None
         } else {
-            let direct = match driver::allocation_of(call.output.addr)? {
-                Some(a) => st.registry.share(&a, call.output.addr, out_bytes),
-                None => None,
-            };
+            let alloc = driver::allocation_of(call.output.addr)?;
+            let direct = alloc.and_then(|a| st.registry.share(&a, call.output.addr, out_bytes));
+            if direct.is_none() && !captured {
+                // A VMM output is received through a bounce buffer this
+                // time and offered for the calls after it.
+                fresh = self.offer_vmm(&mut st, alloc, call.output.addr, out_bytes)?;
+            }
             match direct {
                 Some(t) => Some(t),
                 None => Some(self.bounce(out_bytes, &mut st.registry, res, &mut bounce)?),
@@ -109,10 +115,14 @@ impl Inner {
             target,
             source: None,
             note: 0,
+            offer: fresh.as_ref().map(|f| f.target(call.output.addr)),
         };
+        // Bound before our post: a peer that read it may send us a
+        // descriptor (binds once; None: offers fail, as agreed later).
+        let _ = self.fd_socket();
         board::publish(self.own().as_ref(), &post);
         self.queue_ce(
-            call, &sched, &post, &mut st, stream, captured, notify, bounce,
+            call, &sched, &post, &mut st, stream, captured, notify, bounce, fresh,
         )
     }
 
@@ -128,11 +138,18 @@ impl Inner {
         captured: bool,
         notify: bool,
         bounce: Option<u64>,
+        fresh: Option<Fresh>,
     ) -> Result<()> {
         let (n, me) = (self.nranks, self.rank);
         let block = call.block();
         let out_bytes = call.output.elems.saturating_mul(call.esize());
         let posts = self.await_posts(post)?;
+        let offers = fresh_offers(&posts, me, |q| q.offer);
+        if fresh.is_some() || !offers.is_empty() {
+            // This call keeps its posted targets; what is agreed serves
+            // the calls after it.
+            self.vmm_exchange(st, call.seq, post.number, &offers, fresh.as_ref(), false)?;
+        }
         let mut peer_out = vec![0u64; n];
         for &p in &sched.sends_to {
             let t = posts[p].and_then(|q| q.target).ok_or_else(|| {

@@ -1,4 +1,4 @@
-//! VMM allocations (`cuMemCreate` + `cuMemMap`) as registered buffers.
+//! VMM allocations (`cuMemCreate` + `cuMemMap`) as peers' targets.
 //! Legacy IPC refuses them; their physical allocation is exported as a
 //! POSIX file descriptor instead (when it was created exportable as one),
 //! passed to each peer through the ranks' sockets (`fdpass.rs`), and
@@ -7,27 +7,33 @@
 //! A descriptor can be imported once, not opened again at a later call as
 //! an IPC handle can, so the rules differ from IPC's:
 //!
-//! * **Only a registration shares one** (`register.rs`), collectively: the
-//!   owner posts it as [`Share::VmmFresh`] and sends its descriptor to
-//!   every peer, each peer imports it, and a second round of posts agrees
-//!   on the outcome (a peer whose import failed, or whose descriptor did
-//!   not come within [`FD_WAIT`], names the owner in its note). If any
-//!   rank failed, every rank drops it alike: the registration is not
-//!   direct and calls use bounce buffers, as for any memory that cannot be
-//!   exported.
+//! * **Shared in a call every rank takes part in**: a registration
+//!   (`register.rs`) posts the allocation as its target, a copy-engine
+//!   call (`run.rs`) whose output could not be posted as a target offers
+//!   it beside its bounce buffer; either way as [`Share::VmmFresh`]. The
+//!   owner sends its descriptor to every peer, each peer imports it, and a
+//!   second round of posts agrees on the outcome (a peer whose import
+//!   failed, or whose descriptor did not come within [`FD_WAIT`], names
+//!   the owner in its note). If any rank failed, every rank drops it
+//!   alike and it is not offered again: calls use bounce buffers, as for
+//!   any memory that cannot be exported.
 //! * **Peers keep the import while the owner shares it**: later calls post
-//!   it as [`Share::Vmm`], and every peer finds it mapped. The owner shares
-//!   it while one of its registrations holds it, at most
-//!   [`VMM_SLOTS`] allocations at once (more are not direct); its share
-//!   table (`board.rs`) says which. A peer compares the table whenever its
-//!   generation moved and releases the imports dropped from it once the
-//!   work queued before is done; until then the owner's freed memory stays
-//!   allocated.
+//!   it as [`Share::Vmm`], and every peer finds it mapped. At most
+//!   [`VMM_SLOTS`] allocations are shared at once; the owner's share table
+//!   (`board.rs`) says which. A share made by a registration ends with the
+//!   owner's last registration of it; one made by a copy-engine call ends
+//!   when the owner sees the allocation freed (every one is looked at
+//!   before a new offer, and one in turn at each copy-engine call). A peer
+//!   compares the table whenever its generation moved and releases the
+//!   imports dropped from it once the work queued before is done; until
+//!   then the owner's freed memory stays allocated.
 
+use super::super::driver::Allocation;
 use super::super::driver::CUstream;
 use super::super::state::Inner;
-use super::board::{self, Post, Share, VMM_SLOTS};
+use super::board::{self, Post, Share, Target, VMM_SLOTS};
 use super::fdpass::{FdSocket, Words};
+use super::registry::vmm_key;
 use super::State;
 use crate::backend::shared::shm::Mapping;
 use crate::error::{Error, Result};
@@ -41,12 +47,41 @@ pub(super) const AGREE_DIGEST: u64 = 0x564d_4d5f_4147_5245;
 /// read, so this only matters when the owner could not send).
 const FD_WAIT: Duration = Duration::from_secs(10);
 
-/// Our VMM allocation offered in a registration: its slot, buffer ID and
-/// descriptor.
+/// Our VMM allocation offered in a call: its slot, the allocation and
+/// its descriptor.
 pub(super) struct Fresh {
     pub slot: usize,
-    pub buffer_id: u64,
+    pub alloc: Allocation,
     pub fd: OwnedFd,
+}
+
+impl Fresh {
+    /// How peers find it in our post.
+    pub fn target(&self, addr: u64) -> Target {
+        Target {
+            buffer_id: self.alloc.buffer_id,
+            offset: addr - self.alloc.base,
+            alloc_bytes: self.alloc.bytes,
+            handle: vmm_key(self.alloc.buffer_id),
+            share: Share::VmmFresh,
+        }
+    }
+}
+
+/// The peers' fresh offers among `posts` (`pick` says where a post
+/// carries its offer).
+pub(super) fn fresh_offers(
+    posts: &[Option<Post>],
+    me: usize,
+    pick: impl Fn(&Post) -> Option<Target>,
+) -> Vec<(usize, Target)> {
+    posts
+        .iter()
+        .enumerate()
+        .filter(|(p, _)| *p != me)
+        .filter_map(|(p, q)| q.as_ref().and_then(&pick).map(|t| (p, t)))
+        .filter(|(_, t)| t.share == Share::VmmFresh)
+        .collect()
 }
 
 impl Inner {
@@ -72,27 +107,29 @@ impl Inner {
             .as_ref()
     }
 
-    /// After a registration's posts: pass the fresh VMM descriptors
-    /// (ours in `fresh`), import the peers', and agree with every rank.
+    /// After the posts of call `number` (every rank calls this when any
+    /// post offered a VMM allocation): pass the descriptors (ours in
+    /// `fresh`), import the peers' `offers`, and agree with every rank.
     /// Returns the ranks whose offer failed somewhere (a bit each): their
-    /// imports are dropped here, and ours is shared only if our bit is
-    /// clear.
+    /// imports are dropped here, and ours is shared (by a registration
+    /// when `by_registration`) only if our bit is clear.
     pub(super) fn vmm_exchange(
         &self,
         st: &mut State,
         seq: u64,
-        posts: &[Option<Post>],
+        number: u64,
+        offers: &[(usize, Target)],
         fresh: Option<&Fresh>,
+        by_registration: bool,
     ) -> Result<u64> {
         let (n, me) = (self.nranks, self.rank);
-        let number = posts[me].map_or(0, |p| p.number);
         let mut failed = 0u64;
         let socket = self.fd_socket();
         if let Some(f) = fresh {
             // Listed before the agreement's post, so a peer that reads it
             // sees the slot when it looks at our table.
-            board::vmm_set(self.own().as_ref(), f.slot, f.buffer_id);
-            let words: Words = [number, me as u64, f.buffer_id];
+            board::vmm_set(self.own().as_ref(), f.slot, f.alloc.buffer_id);
+            let words: Words = [number, me as u64, f.alloc.buffer_id];
             for p in (0..n).filter(|&p| p != me) {
                 let sent = match socket {
                     Some(s) => self.send_fd(s, p, &words, &f.fd),
@@ -104,14 +141,7 @@ impl Inner {
                 }
             }
         }
-        let offers: Vec<(usize, board::Target)> = posts
-            .iter()
-            .enumerate()
-            .filter(|(p, _)| *p != me)
-            .filter_map(|(p, q)| q.and_then(|q| q.target).map(|t| (p, t)))
-            .filter(|(_, t)| t.share == Share::VmmFresh)
-            .collect();
-        for (p, t) in &offers {
+        for (p, t) in offers {
             let imported = match socket {
                 Some(s) => self
                     .await_fd(s, st, number, *p, t.buffer_id)
@@ -132,20 +162,22 @@ impl Inner {
             target: None,
             source: None,
             note: failed,
+            offer: None,
         };
         st.calls += 1;
         board::publish(self.own().as_ref(), &agree);
         let all = self.await_posts(&agree)?;
         let failed = all.iter().flatten().fold(0, |acc, q| acc | q.note);
-        for (p, t) in &offers {
+        for (p, t) in offers {
             if failed & 1 << p != 0 {
                 st.registry.drop_import(*p, &t.handle);
             }
         }
         if let Some(f) = fresh {
             if failed & 1 << me == 0 {
-                st.registry.vmm_commit(f.buffer_id, f.slot);
+                st.registry.vmm_commit(&f.alloc, f.slot, by_registration);
             } else {
+                st.registry.vmm_refuse(f.alloc.buffer_id);
                 board::vmm_set(self.own().as_ref(), f.slot, 0);
             }
         }
@@ -230,8 +262,45 @@ impl Inner {
         st.registry.evict(stream, captured)
     }
 
-    /// Our registration `id` ended: stop sharing the VMM allocation no
-    /// registration of ours holds any more.
+    /// A VMM allocation `alloc` (holding `bytes` at `addr`) that a
+    /// copy-engine call may offer, if it is one, fits, and the socket is
+    /// bound.
+    pub(super) fn offer_vmm(
+        &self,
+        st: &mut State,
+        alloc: Option<Allocation>,
+        addr: u64,
+        bytes: u64,
+    ) -> Result<Option<Fresh>> {
+        let Some(a) = alloc else {
+            return Ok(None);
+        };
+        let fits = addr.saturating_add(bytes) <= a.base.saturating_add(a.bytes);
+        if !fits || !st.registry.vmm_may_offer(a.buffer_id) || self.fd_socket().is_none() {
+            return Ok(None);
+        }
+        // Before a new share: stop sharing every freed one, so that dead
+        // allocations neither hold slots nor stay mapped by the peers.
+        for slot in st.registry.vmm_gone(true)? {
+            self.vmm_unshare(Some(slot));
+        }
+        Ok(st
+            .registry
+            .vmm_offer(&a)?
+            .map(|(slot, fd)| Fresh { slot, alloc: a, fd }))
+    }
+
+    /// Stop sharing a VMM allocation a copy-engine call shared once it
+    /// was freed (one looked at per call, in turn).
+    pub(super) fn vmm_check_gone(&self, st: &mut State) -> Result<()> {
+        for slot in st.registry.vmm_gone(false)? {
+            self.vmm_unshare(Some(slot));
+        }
+        Ok(())
+    }
+
+    /// Stop sharing the VMM allocation in `slot` (peers then release
+    /// their imports).
     pub(super) fn vmm_unshare(&self, slot: Option<usize>) {
         if let Some(slot) = slot.filter(|s| *s < VMM_SLOTS) {
             board::vmm_set(self.own().as_ref(), slot, 0);

@@ -20,6 +20,10 @@
 //!    (device memory, mappings, fds) must not grow: peers release their
 //!    imports once the owner stops sharing them.
 //!
+//! 5. **Unregistered churn**: the same cycles with outputs nobody
+//!    registers (each used by three all_gathers): the copy-engine calls
+//!    share them themselves, and stop when they are freed; no growth.
+//!
 //! `GPU_VMM_DIRECT=1` also fails the stage when a registration that may be
 //! direct is not (the descriptors could not be passed or imported).
 
@@ -283,6 +287,38 @@ pub(crate) fn stage_vmm(world: &Communicator, log: &mut String) -> Result<usize>
     // Imports are released once the work queued before completed, and
     // the GPU may be shared: a cycle's buffers of every rank, at most.
     let device_kib = (2 * COUNT * 4 * n * n / 1024) as i64 + 4096;
+    fails += grown(rank, &before, &after, device_kib, log);
+
+    // 5. Unregistered VMM outputs, shared by the copy-engine calls
+    // themselves (the first call receives through a bounce buffer).
+    let unreg = |i: usize| -> Result<usize> {
+        let out = vmm_alloc(gpu, COUNT * 4 * n, true)?;
+        Ok(gather(world, gpu, &out, i)?
+            + gather(world, gpu, &out, i + 1)?
+            + gather(world, gpu, &out, i + 2)?)
+    };
+    let mut wrong = 0;
+    for i in 0..32 {
+        wrong += unreg(5000 + 3 * i)?;
+    }
+    world.barrier()?;
+    let before = counters(gpu)?;
+    let t = Instant::now();
+    for i in 0..cycles {
+        wrong += unreg(6000 + 3 * i)?;
+    }
+    world.barrier()?;
+    let after = counters(gpu)?;
+    fails += usize::from(wrong > 0);
+    let _ = writeln!(
+        log,
+        "rank {rank}: {cycles} create/all_gather x3/free cycles of unregistered VMM outputs in          {:.1} s ({:.2} ms each), {wrong} wrong elements",
+        t.elapsed().as_secs_f64(),
+        t.elapsed().as_secs_f64() * 1e3 / cycles.max(1) as f64
+    );
+    // A freed share is noticed before the next one is made: the last
+    // cycle's outputs of every rank, at most.
+    let device_kib = (COUNT * 4 * n * n / 1024) as i64 + 4096;
     fails += grown(rank, &before, &after, device_kib, log);
     world.async_error()?;
     Ok(fails)
