@@ -24,8 +24,11 @@
 //!    registers (each used by three all_gathers): the copy-engine calls
 //!    share them themselves, and stop when they are freed; no growth.
 //!
-//! `GPU_VMM_DIRECT=1` also fails the stage when a registration that may be
-//! direct is not (the descriptors could not be passed or imported).
+//! `GPU_VMM_DIRECT=1` (scripts/gpu-check sets it) also fails the stage when
+//! a registration that must be direct in parts 1 and 4 is not (the
+//! descriptors could not be passed or imported). Part 3's allocation in
+//! the middle of its reservation may be either (on CUDA 13 it is not: the
+//! driver reports its range from the reservation's start).
 
 use super::churn::{counters, grown};
 use super::memkinds::{get, put, set_rw, vmm_alloc, vmm_prop, Mem};
@@ -236,10 +239,12 @@ pub(crate) fn stage_vmm(world: &Communicator, log: &mut String) -> Result<usize>
     let direct_across = reg.is_direct();
     drop(reg);
     fails += usize::from(bad_second > 0) + usize::from(bad_across > 0);
-    fails += usize::from(direct_across) + usize::from(strict && !direct_second);
+    fails += usize::from(direct_across);
     let _ = writeln!(
         log,
-        "rank {rank}: VMM allocation mapped at the second half of its reservation: direct          {direct_second}, {bad_second} wrong elements; a buffer across two allocations: direct          {direct_across} (false expected), {bad_across} wrong elements"
+        "rank {rank}: VMM allocation mapped at the second half of its reservation: direct \
+         {direct_second}, {bad_second} wrong elements; a buffer across two allocations: \
+         direct {direct_across} (false expected), {bad_across} wrong elements"
     );
     drop(second);
     drop(both);
@@ -312,7 +317,8 @@ pub(crate) fn stage_vmm(world: &Communicator, log: &mut String) -> Result<usize>
     fails += usize::from(wrong > 0);
     let _ = writeln!(
         log,
-        "rank {rank}: {cycles} create/all_gather x3/free cycles of unregistered VMM outputs in          {:.1} s ({:.2} ms each), {wrong} wrong elements",
+        "rank {rank}: {cycles} create/all_gather x3/free cycles of unregistered VMM outputs \
+         in {:.1} s ({:.2} ms each), {wrong} wrong elements",
         t.elapsed().as_secs_f64(),
         t.elapsed().as_secs_f64() * 1e3 / cycles.max(1) as f64
     );
