@@ -5,8 +5,8 @@
 //   reduce.cuh       reduction arithmetic per datatype and op
 //   fifo.cuh         the connector protocol (thread 0 of a block)
 //   interpreter.cuh  the step interpreter (gc_run_*: Flow and Exchange steps)
-//   oneshot.cuh      the direct one-shot all_reduce, all_gather, reduce_scatter
-//                    and all_to_all (gc_direct_ar_*)
+//   oneshot.cuh      the one-shot all_reduce, all_gather, reduce_scatter
+//                    and all_to_all (gc_oneshot_*)
 //   peer.cuh         all_reduce, reduce_scatter, all_gather and broadcast on
 //                    registered buffers, read and written in place (gc_peer_*)
 //   resident.cuh     the one-shots of blocking calls posted to a block that
@@ -21,16 +21,16 @@
 
 #define GC_THREADS 512
 
-#define GC_DIRECT_KERNEL(name, T) \
-  extern "C" __global__ void __launch_bounds__(GC_THREADS, 1) name(GcDirectArgs a) { direct_all_reduce_op<T>(a); }
+#define GC_ONESHOT_KERNEL(name, T) \
+  extern "C" __global__ void __launch_bounds__(GC_THREADS, 1) name(GcOneShotArgs a) { oneshot_op<T>(a); }
 
-GC_DIRECT_KERNEL(gc_direct_ar_u8, uint8_t)
-GC_DIRECT_KERNEL(gc_direct_ar_u32, uint32_t)
-GC_DIRECT_KERNEL(gc_direct_ar_u64, uint64_t)
-GC_DIRECT_KERNEL(gc_direct_ar_f16, __half)
-GC_DIRECT_KERNEL(gc_direct_ar_bf16, __nv_bfloat16)
-GC_DIRECT_KERNEL(gc_direct_ar_f32, float)
-GC_DIRECT_KERNEL(gc_direct_ar_f64, double)
+GC_ONESHOT_KERNEL(gc_oneshot_u8, uint8_t)
+GC_ONESHOT_KERNEL(gc_oneshot_u32, uint32_t)
+GC_ONESHOT_KERNEL(gc_oneshot_u64, uint64_t)
+GC_ONESHOT_KERNEL(gc_oneshot_f16, __half)
+GC_ONESHOT_KERNEL(gc_oneshot_bf16, __nv_bfloat16)
+GC_ONESHOT_KERNEL(gc_oneshot_f32, float)
+GC_ONESHOT_KERNEL(gc_oneshot_f64, double)
 
 #define GC_PEER_KERNEL(name, T) \
   extern "C" __global__ void __launch_bounds__(GC_THREADS, 1) name(GcPeerArgs a) { peer_op<T>(a); }
@@ -74,11 +74,11 @@ static_assert(sizeof(GcRecvConn) == 64, "GcRecvConn layout");
 static_assert(sizeof(GcChan) == 16, "GcChan layout");
 static_assert(sizeof(GcChanStatus) == 64, "GcChanStatus layout");
 static_assert(sizeof(GcArgs) == 120, "GcArgs layout");
-static_assert(sizeof(GcDirectArgs) == 112 + 4 * 8 * GC_DIRECT_MAX_RANKS, "GcDirectArgs layout");
-static_assert(sizeof(GcPeerArgs) == 48 + 2 * 8 * GC_DIRECT_MAX_RANKS, "GcPeerArgs layout");
-static_assert(sizeof(GcDirectCtl) == 8 + 8 * GC_DIRECT_MAX_BLOCKS, "GcDirectCtl layout");
+static_assert(sizeof(GcOneShotArgs) == 112 + 4 * 8 * GC_ONESHOT_MAX_RANKS, "GcOneShotArgs layout");
+static_assert(sizeof(GcPeerArgs) == 48 + 2 * 8 * GC_ONESHOT_MAX_RANKS, "GcPeerArgs layout");
+static_assert(sizeof(GcOneShotCtl) == 8 + 8 * GC_ONESHOT_MAX_BLOCKS, "GcOneShotCtl layout");
 static_assert(sizeof(GcFlag) == 16, "GcFlag layout");
 static_assert(sizeof(GcGroupEntry) == 16, "GcGroupEntry layout");
 static_assert(sizeof(GcResidentBox) == GC_RESIDENT_ARGS_OFF, "GcResidentBox layout");
-static_assert(sizeof(GcDirectArgs) / 8 + 1 == GC_RESIDENT_LINES, "GcDirectArgs in resident lines");
+static_assert(sizeof(GcOneShotArgs) / 8 + 1 == GC_RESIDENT_LINES, "GcOneShotArgs in resident lines");
 static_assert(sizeof(GcResidentArgs) == 40, "GcResidentArgs layout");

@@ -141,18 +141,18 @@ struct GcArgs {
 
 // ------------------------------------------------------------ direct path
 // One-shot all_reduce over peer memory mapped with CUDA IPC (single node,
-// every peer P2P-mapped). Each rank's direct area starts with a control
-// word pair (GcDirectCtl, in its own device memory) and then holds, per
+// every peer P2P-mapped). Each rank's one-shot area starts with a control
+// word pair (GcOneShotCtl, in its own device memory) and then holds, per
 // parity (launch epoch & 1), a flag array [sender][block] of GcFlag and an
 // inbox per sender. See kernels/oneshot.cuh for the protocol.
-#define GC_DIRECT_MAX_RANKS 8
-#define GC_DIRECT_MAX_BLOCKS 64
+#define GC_ONESHOT_MAX_RANKS 8
+#define GC_ONESHOT_MAX_BLOCKS 64
 // Direct flag: the inbox holds LL lines (data and epoch in every 8 bytes)
 // instead of raw data followed by a fenced flag.
 #define GC_FLAG_LL 8u
 // Direct flag: store the launch's end into GcChanStatus::done (GcArgs::notify).
 #define GC_FLAG_NOTIFY 16u
-// The collective a direct one-shot launch runs, in flags bits 8..11.
+// The collective a one-shot launch runs, in flags bits 8..11.
 // Every rank exchanges one segment of `count` elements with every peer:
 // all_reduce and all_gather send their whole input to each peer;
 // reduce_scatter and all_to_all send peer p the input's segment p.
@@ -163,18 +163,18 @@ struct GcArgs {
 // peer p) from the root, reduce (folded at the root) and gather (placed
 // at segment p of the root's output) to it; every rank still exchanges
 // flags with every peer, so launches stay in step on all ranks.
-#define GC_DIRECT_KIND_SHIFT 8u
-#define GC_DIRECT_ALL_REDUCE 0u
-#define GC_DIRECT_ALL_GATHER 1u
-#define GC_DIRECT_REDUCE_SCATTER 2u
-#define GC_DIRECT_ALL_TO_ALL 3u
-#define GC_DIRECT_BROADCAST 4u
-#define GC_DIRECT_REDUCE 5u
-#define GC_DIRECT_GATHER 6u
-#define GC_DIRECT_SCATTER 7u
-#define GC_DIRECT_ROOT_SHIFT 12u
+#define GC_ONESHOT_KIND_SHIFT 8u
+#define GC_ONESHOT_ALL_REDUCE 0u
+#define GC_ONESHOT_ALL_GATHER 1u
+#define GC_ONESHOT_REDUCE_SCATTER 2u
+#define GC_ONESHOT_ALL_TO_ALL 3u
+#define GC_ONESHOT_BROADCAST 4u
+#define GC_ONESHOT_REDUCE 5u
+#define GC_ONESHOT_GATHER 6u
+#define GC_ONESHOT_SCATTER 7u
+#define GC_ONESHOT_ROOT_SHIFT 12u
 // LL lines before the data lines of an inbox: one header line per block.
-#define GC_LL_HEADER_LINES GC_DIRECT_MAX_BLOCKS
+#define GC_LL_HEADER_LINES GC_ONESHOT_MAX_BLOCKS
 
 // One flag: the epoch (launch number, monotone) and the call's identity.
 struct GcFlag {
@@ -182,7 +182,7 @@ struct GcFlag {
   uint64_t meta;  // seq << 32 | (bytes & 0xffffffff)
 };
 
-// The launch counter of the direct kernels, in the rank's own device
+// The launch counter of the one-shot kernels, in the rank's own device
 // memory (zeroed at creation), one entry per block. Block b of a launch of
 // g blocks reads only epochs[b] at its start and, at its end, stores the
 // launch's epoch into every entry j with j % g == b. So entry b is written
@@ -194,23 +194,23 @@ struct GcFlag {
 // late could see an entry that a block of its own launch had already
 // advanced. Only a launch the host waits for counts its finished blocks,
 // for the last one to tell the host.
-struct GcDirectCtl {
+struct GcOneShotCtl {
   uint32_t done;  // blocks of the running notify launch that finished
   uint32_t pad;
-  uint64_t epochs[GC_DIRECT_MAX_BLOCKS];
+  uint64_t epochs[GC_ONESHOT_MAX_BLOCKS];
 };
 
-// Kernel arguments of the direct kernels (passed by value): 368 bytes.
-struct GcDirectArgs {
+// Kernel arguments of the one-shot kernels (passed by value): 368 bytes.
+struct GcOneShotArgs {
   uint64_t input;
   uint64_t output;
-  uint64_t count;       // elements of one segment (see GC_DIRECT_KIND_SHIFT)
+  uint64_t count;       // elements of one segment (see GC_ONESHOT_KIND_SHIFT)
   uint64_t abort_word;  // as GcArgs
   uint64_t status;      // GcChanStatus*, [block]
   double scale;
   uint64_t iscale;
   uint64_t div;
-  uint64_t ctl;         // GcDirectCtl* in our own device memory
+  uint64_t ctl;         // GcOneShotCtl* in our own device memory
   uint64_t meta;        // seq << 32 | bytes
   uint64_t parity_bytes;  // distance from parity 0 to parity 1 of every address below
   uint64_t ll_off;      // LL lines of an inbox: inbox address + ll_off (kept apart from
@@ -218,11 +218,11 @@ struct GcDirectArgs {
   uint32_t nranks;
   uint32_t rank;
   uint32_t op;
-  uint32_t flags;       // GC_FLAG_PRE_OP | GC_FLAG_POST_OP | GC_FLAG_LL | GC_FLAG_NOTIFY | kind << GC_DIRECT_KIND_SHIFT
-  uint64_t put_data[GC_DIRECT_MAX_RANKS];  // peer p's inbox for us (parity 0)
-  uint64_t put_flag[GC_DIRECT_MAX_RANKS];  // peer p's GcFlag[MAX_BLOCKS] for us (parity 0)
-  uint64_t get_data[GC_DIRECT_MAX_RANKS];  // our inbox from peer p (parity 0)
-  uint64_t get_flag[GC_DIRECT_MAX_RANKS];  // our GcFlag[MAX_BLOCKS] from peer p (parity 0)
+  uint32_t flags;       // GC_FLAG_PRE_OP | GC_FLAG_POST_OP | GC_FLAG_LL | GC_FLAG_NOTIFY | kind << GC_ONESHOT_KIND_SHIFT
+  uint64_t put_data[GC_ONESHOT_MAX_RANKS];  // peer p's inbox for us (parity 0)
+  uint64_t put_flag[GC_ONESHOT_MAX_RANKS];  // peer p's GcFlag[MAX_BLOCKS] for us (parity 0)
+  uint64_t get_data[GC_ONESHOT_MAX_RANKS];  // our inbox from peer p (parity 0)
+  uint64_t get_flag[GC_ONESHOT_MAX_RANKS];  // our GcFlag[MAX_BLOCKS] from peer p (parity 0)
 };
 
 // -------------------------------------------------------- resident kernel
@@ -231,7 +231,7 @@ struct GcDirectArgs {
 // host memory instead of launching a kernel, and the block runs the
 // call's logical blocks one after another (all pushes first, then the
 // folds), so the protocol is the one-shot's whatever the peers run. The
-// call travels as LL lines (its GcDirectArgs as 8-byte words, then the
+// call travels as LL lines (its GcOneShotArgs as 8-byte words, then the
 // datatype and grid, each with the call number in both halves of its
 // line), so one read of the lines across PCIe both finds a new call and
 // brings it. The block leaves when the host asks (a generation number),
@@ -239,8 +239,8 @@ struct GcDirectArgs {
 // `linger_ns` without a call; it then records how many calls it had
 // taken, so the host can tell a call posted as it left and launch again.
 #define GC_RESIDENT_ARGS_OFF 64u  // the call's LL lines, after the mailbox header
-#define GC_RESIDENT_LINES 47u     // sizeof(GcDirectArgs) / 8, then {dtype, grid}
-// Datatypes of the resident kernel (the direct kernels' element types).
+#define GC_RESIDENT_LINES 47u     // sizeof(GcOneShotArgs) / 8, then {dtype, grid}
+// Datatypes of the resident kernel (the one-shot kernels' element types).
 #define GC_DT_U8 0u
 #define GC_DT_U32 1u
 #define GC_DT_U64 2u
@@ -272,7 +272,7 @@ struct GcResidentArgs {
 // CUDA IPC, agreed per call by the host; our own at index `rank`). The
 // host hand-shakes with the peers on the stream before and after, so the
 // kernel itself never waits. The collective and root are in `flags` as for
-// the direct kernels (GC_DIRECT_ALL_REDUCE, _REDUCE_SCATTER, _ALL_GATHER,
+// the one-shot kernels (GC_ONESHOT_ALL_REDUCE, _REDUCE_SCATTER, _ALL_GATHER,
 // _BROADCAST only), with GC_FLAG_PRE_OP (a scale every rank applies alike,
 // float Avg) and GC_FLAG_POST_OP.
 struct GcPeerArgs {
@@ -284,6 +284,6 @@ struct GcPeerArgs {
   uint32_t rank;
   uint32_t op;      // GC_OP_*
   uint32_t flags;
-  uint64_t input[GC_DIRECT_MAX_RANKS];
-  uint64_t output[GC_DIRECT_MAX_RANKS];
+  uint64_t input[GC_ONESHOT_MAX_RANKS];
+  uint64_t output[GC_ONESHOT_MAX_RANKS];
 };

@@ -84,16 +84,16 @@ __device__ void peer_collective(const GcPeerArgs& a) {
   GcArgs sa{};
   sa.scale = a.scale;
   sa.iscale = a.iscale;
-  const uint32_t kind = (a.flags >> GC_DIRECT_KIND_SHIFT) & 15u;
-  const uint32_t root = (a.flags >> GC_DIRECT_ROOT_SHIFT) & 15u;
+  const uint32_t kind = (a.flags >> GC_ONESHOT_KIND_SHIFT) & 15u;
+  const uint32_t root = (a.flags >> GC_ONESHOT_ROOT_SHIFT) & 15u;
   const uint32_t n = a.nranks, me = a.rank;
-  uint64_t src[GC_DIRECT_MAX_RANKS], dst[GC_DIRECT_MAX_RANKS];
+  uint64_t src[GC_ONESHOT_MAX_RANKS], dst[GC_ONESHOT_MAX_RANKS];
   uint32_t ndst = 0;
   uint64_t elems = 0;
   bool fold = false;
   // Destinations start at the next rank, so the ranks' stores spread over
   // the links instead of all reaching rank 0 first.
-  if (kind == GC_DIRECT_ALL_REDUCE) {
+  if (kind == GC_ONESHOT_ALL_REDUCE) {
     // Shards of whole packs, so every shard starts 16-byte aligned when
     // the buffers do.
     const uint64_t per = ((a.count + n - 1) / n + E - 1) / E * E;
@@ -102,14 +102,14 @@ __device__ void peer_collective(const GcPeerArgs& a) {
     fold = true;
     for (uint32_t p = 0; p < n; p++) src[p] = a.input[p] + lo * S;
     for (uint32_t j = 0; j < n; j++) dst[ndst++] = a.output[(me + 1 + j) % n] + lo * S;
-  } else if (kind == GC_DIRECT_REDUCE_SCATTER) {
+  } else if (kind == GC_ONESHOT_REDUCE_SCATTER) {
     elems = a.count;
     fold = true;
     for (uint32_t p = 0; p < n; p++) src[p] = a.input[p] + me * a.count * S;
     dst[ndst++] = a.output[me];
-  } else if (kind == GC_DIRECT_ALL_GATHER || (kind == GC_DIRECT_BROADCAST && me == root)) {
+  } else if (kind == GC_ONESHOT_ALL_GATHER || (kind == GC_ONESHOT_BROADCAST && me == root)) {
     elems = a.count;
-    const uint64_t at = kind == GC_DIRECT_ALL_GATHER ? me * a.count * S : 0;
+    const uint64_t at = kind == GC_ONESHOT_ALL_GATHER ? me * a.count * S : 0;
     src[0] = a.input[me];
     for (uint32_t j = 0; j < n; j++) {
       const uint64_t d = a.output[(me + 1 + j) % n] + at;

@@ -17,21 +17,21 @@ __device__ __forceinline__ uint64_t globaltimer_ns() {
 // a fold of ours; then the launch counter advances and the host is told.
 template <typename T> struct ResidentOp {
   template <uint32_t OP> struct F {
-    static __device__ __forceinline__ void run(const GcDirectArgs& a, uint64_t g, uint64_t e, int* stop) {
+    static __device__ __forceinline__ void run(const GcOneShotArgs& a, uint64_t g, uint64_t e, int* stop) {
       const uint64_t poff = (e & 1) * a.parity_bytes;
       const bool ll = a.flags & GC_FLAG_LL;
       for (uint64_t b = 0; b < g; b++) {
         if (ll) {
-          direct_ll_push<T>(a, e, poff, b, g);
+          oneshot_ll_push<T>(a, e, poff, b, g);
         } else {
-          direct_simple_push<T>(a, e, poff, b, g);
+          oneshot_simple_push<T>(a, e, poff, b, g);
         }
       }
       for (uint64_t b = 0; b < g; b++) {
         if (ll) {
-          direct_ll_take<T, OP>(a, e, poff, stop, b, g);
+          oneshot_ll_take<T, OP>(a, e, poff, stop, b, g);
         } else {
-          direct_simple_take<T, OP>(a, e, poff, stop, b, g);
+          oneshot_simple_take<T, OP>(a, e, poff, stop, b, g);
         }
         __syncthreads();
         if (*stop) return;
@@ -41,16 +41,16 @@ template <typename T> struct ResidentOp {
 };
 
 template <typename T>
-__device__ __forceinline__ void resident_call(const GcDirectArgs& a, uint64_t g, uint64_t e, int* stop) {
+__device__ __forceinline__ void resident_call(const GcOneShotArgs& a, uint64_t g, uint64_t e, int* stop) {
   dispatch_op<T, ResidentOp<T>::template F>(a.op, a, g, e, stop);
 }
 
 __device__ void resident_loop(const GcResidentArgs& r) {
-  // The call: GcDirectArgs as words, then {dtype, grid}.
+  // The call: GcOneShotArgs as words, then {dtype, grid}.
   __shared__ uint64_t words[GC_RESIDENT_LINES];
   __shared__ uint64_t epoch;
   __shared__ int stop;
-  const GcDirectArgs& a = *reinterpret_cast<const GcDirectArgs*>(words);
+  const GcOneShotArgs& a = *reinterpret_cast<const GcOneShotArgs*>(words);
   GcResidentBox* box = reinterpret_cast<GcResidentBox*>(r.mailbox);
   const uint64_t lines = r.mailbox + GC_RESIDENT_ARGS_OFF;
   const uint64_t tid = threadIdx.x;
@@ -88,10 +88,10 @@ __device__ void resident_loop(const GcResidentArgs& r) {
     if (leave) break;
     const uint64_t dtype = words[GC_RESIDENT_LINES - 1] & 0xffffffffu;
     const uint64_t g = words[GC_RESIDENT_LINES - 1] >> 32;
-    GcDirectCtl* ctl = reinterpret_cast<GcDirectCtl*>(a.ctl);
+    GcOneShotCtl* ctl = reinterpret_cast<GcOneShotCtl*>(a.ctl);
     // Every entry of the counter holds the last launch's epoch.
     if (tid == 0) {
-      epoch = direct_epoch_load(ctl, 0);
+      epoch = oneshot_epoch_load(ctl, 0);
       stop = 0;
     }
     __syncthreads();
@@ -106,7 +106,7 @@ __device__ void resident_loop(const GcResidentArgs& r) {
       case GC_DT_F64: resident_call<double>(a, g, e, &stop); break;
       default:
         if (tid == 0) {
-          direct_mark_aborted(a, 0, a.rank);
+          oneshot_mark_aborted(a, 0, a.rank);
           stop = 1;
         }
     }
@@ -118,7 +118,7 @@ __device__ void resident_loop(const GcResidentArgs& r) {
     // Every thread's output stores (and the epochs: one block owns every
     // entry) reach the host before it is told: thread 0's system fence
     // after the barrier orders them.
-    direct_epoch_store(ctl, 0, 1, e);
+    oneshot_epoch_store(ctl, 0, 1, e);
     __syncthreads();
     if (tid == 0) {
       __threadfence_system();

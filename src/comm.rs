@@ -5,7 +5,7 @@
 //! node, and set up the backend and the engine.
 
 use crate::config::Config;
-use crate::enqueue::Engine;
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::mpi::Runtime;
 use crate::mpi::{self, MpiComm};

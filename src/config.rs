@@ -295,7 +295,7 @@ impl Config {
                         bad(
                             "GPUCOLL_ALGO",
                             &v,
-                            "expected ring, tree, direct, oneshot or collnet \
+                            "expected ring, tree, pairwise, oneshot or collnet \
                              (copy engines: GPUCOLL_CE=1)",
                         )
                     })?,

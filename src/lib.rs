@@ -40,7 +40,7 @@ pub mod rsmpi;
 pub mod backend;
 #[doc(hidden)]
 pub mod comm;
-pub(crate) mod enqueue;
+pub(crate) mod engine;
 #[doc(hidden)]
 pub mod graph;
 #[doc(hidden)]

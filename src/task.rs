@@ -115,14 +115,14 @@ pub struct Task {
 impl Task {
     /// Bytes of the larger of input and output on this rank (the tuner's size).
     pub fn bytes(&self, nranks: usize) -> u64 {
-        let per = self.count * self.dtype.size() as u64;
+        let per = self.count.saturating_mul(self.dtype.size() as u64);
         match self.kind {
             CollKind::AllGather
             | CollKind::ReduceScatter
             | CollKind::AllToAll
             | CollKind::Gather
-            | CollKind::Scatter => per * nranks as u64,
-            _ => per,
+            | CollKind::Scatter => per.saturating_mul(nranks as u64),
+            CollKind::AllReduce | CollKind::Reduce | CollKind::Broadcast => per,
         }
     }
 
@@ -133,7 +133,11 @@ impl Task {
             CollKind::ReduceScatter | CollKind::AllToAll => self.count * n,
             CollKind::Scatter if rank == self.root => self.count * n,
             CollKind::Scatter => 0,
-            _ => self.count,
+            CollKind::AllReduce
+            | CollKind::Reduce
+            | CollKind::Broadcast
+            | CollKind::AllGather
+            | CollKind::Gather => self.count,
         }
     }
 
@@ -145,7 +149,11 @@ impl Task {
             CollKind::Gather if rank == self.root => self.count * n,
             CollKind::Gather => 0,
             CollKind::Reduce if rank != self.root => 0,
-            _ => self.count,
+            CollKind::AllReduce
+            | CollKind::Reduce
+            | CollKind::Broadcast
+            | CollKind::ReduceScatter
+            | CollKind::Scatter => self.count,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! here, before any data moves, and leaves the communicator usable.
 
 use crate::buffer::{MemoryKind, RawBuffer};
-use crate::enqueue::Call;
+use crate::engine::Call;
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
 use crate::task::{CollKind, Task};

@@ -6,7 +6,7 @@ use super::process::{recv_only, send_only};
 use super::separate;
 use crate::buffer::{Buffer, BufferMut};
 use crate::comm::Communicator;
-use crate::enqueue::Call;
+use crate::engine::Call;
 use crate::error::Result;
 use crate::op::ReduceOp;
 use crate::task::CollKind;

@@ -68,7 +68,7 @@ pub use register::Registration;
 
 use crate::buffer::{Buffer, BufferMut, RawBuffer};
 use crate::comm::Communicator;
-use crate::enqueue::Call;
+use crate::engine::Call;
 use crate::error::Result;
 use crate::op::ReduceOp;
 use crate::request::{Request, Scope};

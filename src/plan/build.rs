@@ -8,7 +8,7 @@
 //! step that receives on its peer, in the same order.
 
 use super::ctx::{channel_ranges, flow, own_input, Ctx};
-use super::{collnet, direct, oneshot, ring, tree, ChannelWork, Flow, Plan, Region, Step};
+use super::{collnet, oneshot, pairwise, ring, tree, ChannelWork, Flow, Plan, Region, Step};
 use crate::graph::Graph;
 use crate::op::Reduction;
 use crate::task::{CollKind, Task};
@@ -23,7 +23,7 @@ fn effective_algorithm(kind: CollKind, chosen: Algorithm) -> Algorithm {
         // Copy engines do not reduce (the tuner never offers them here).
         CollKind::AllReduce if chosen == Algorithm::CopyEngine => Algorithm::Ring,
         CollKind::AllReduce => chosen,
-        // A GPU backend runs these one-shot plans as its direct kernel; the
+        // A GPU backend runs these one-shot plans as its one-shot kernel; the
         // steps (ring or pairwise, below) are what others execute.
         _ if chosen == Algorithm::OneShot => Algorithm::OneShot,
         // A backend with copy engines runs these plans by DMA copies; the
@@ -40,7 +40,7 @@ fn effective_algorithm(kind: CollKind, chosen: Algorithm) -> Algorithm {
         CollKind::Reduce | CollKind::Broadcast | CollKind::AllGather | CollKind::ReduceScatter => {
             Algorithm::Ring
         }
-        CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => Algorithm::Direct,
+        CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => Algorithm::Pairwise,
     }
 }
 
@@ -81,7 +81,17 @@ pub fn build(
         (CollKind::AllReduce, Algorithm::OneShot) => {
             oneshot::scratch_elems(task.count, task.in_place)
         }
-        _ => 0,
+        (
+            CollKind::AllReduce
+            | CollKind::Reduce
+            | CollKind::Broadcast
+            | CollKind::AllGather
+            | CollKind::ReduceScatter
+            | CollKind::AllToAll
+            | CollKind::Gather
+            | CollKind::Scatter,
+            _,
+        ) => 0,
     };
     let mut plan = Plan {
         task: *task,
@@ -111,8 +121,8 @@ pub fn build(
                     (CollKind::AllReduce, Algorithm::Tree) => {
                         tree::all_reduce(&cx, c, s, e, &mut steps)
                     }
-                    (CollKind::AllReduce, Algorithm::Direct) => {
-                        direct::all_reduce(&cx, s, e, &mut steps)
+                    (CollKind::AllReduce, Algorithm::Pairwise) => {
+                        pairwise::all_reduce(&cx, s, e, &mut steps)
                     }
                     (CollKind::AllReduce, Algorithm::OneShot) => {
                         oneshot::all_reduce(&cx, s, e, &mut steps)
@@ -124,9 +134,9 @@ pub fn build(
                     (CollKind::Broadcast, _) => ring::broadcast(&cx, s, e, &mut steps),
                     (CollKind::AllGather, _) => ring::all_gather(&cx, s, e, &mut steps),
                     (CollKind::ReduceScatter, _) => ring::reduce_scatter(&cx, s, e, &mut steps),
-                    (CollKind::AllToAll, _) => direct::all_to_all(&cx, s, e, &mut steps),
-                    (CollKind::Gather, _) => direct::gather(&cx, s, e, &mut steps),
-                    (CollKind::Scatter, _) => direct::scatter(&cx, s, e, &mut steps),
+                    (CollKind::AllToAll, _) => pairwise::all_to_all(&cx, s, e, &mut steps),
+                    (CollKind::Gather, _) => pairwise::gather(&cx, s, e, &mut steps),
+                    (CollKind::Scatter, _) => pairwise::scatter(&cx, s, e, &mut steps),
                 }
             }
             ChannelWork { channel: c, steps }

@@ -34,7 +34,7 @@ impl Ctx<'_> {
     }
 
     /// The blocks of `[start, end)` for algorithms that give each of the
-    /// `n` ranks one chunk per block (ring and direct all_reduce). The last
+    /// `n` ranks one chunk per block (ring and pairwise all_reduce). The last
     /// block may be short: its chunk shrinks to an even, aligned share, and
     /// ranks past its end get empty chunks, which senders and receivers
     /// skip alike.

@@ -4,8 +4,8 @@
 mod build;
 mod collnet;
 mod ctx;
-mod direct;
 mod oneshot;
+mod pairwise;
 mod ring;
 #[cfg(test)]
 pub(crate) mod simulate;

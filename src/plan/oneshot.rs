@@ -7,7 +7,7 @@
 //! identical on every rank. Chunk by chunk: send this chunk of my input to
 //! every peer, then fold this chunk of every input into my output. A chunk
 //! is at most half a FIFO, so sends never wait on a receiver (a connector
-//! holds at most this chunk and the next one), as in `direct::all_to_all`.
+//! holds at most this chunk and the next one), as in `pairwise::all_to_all`.
 //!
 //! GPU backends with a direct path run this shape as a kernel of their own
 //! (inboxes in every peer's memory instead of FIFOs); the steps here are

@@ -37,7 +37,7 @@ pub struct BackendCaps {
     pub direct: bool,
     /// Protocols of the one-shot all_reduce (`protocols` applies to every
     /// other plan).
-    pub direct_protocols: Vec<Protocol>,
+    pub oneshot_protocols: Vec<Protocol>,
     /// Whether the backend runs collnet's rail steps (an inter-node
     /// collective of its own: MPI's, on the host backend).
     pub collnet: bool,

@@ -18,14 +18,15 @@ pub enum Algorithm {
     Ring,
     /// Double binary trees across nodes, chains within a node (all_reduce).
     Tree,
-    /// Every rank exchanges with every peer directly (all_to_all, gather,
-    /// scatter; all_reduce as pairwise reduce-scatter + all-gather rounds
-    /// where every peer is one hop away).
-    Direct,
+    /// Every rank exchanges with every peer in pairwise rounds (all_to_all,
+    /// gather, scatter; all_reduce as pairwise reduce-scatter + all-gather
+    /// rounds where every peer is one hop away). `GPUCOLL_ALGO=direct`, its
+    /// former name, still parses to it.
+    Pairwise,
     /// all_reduce in one exchange: every rank sends its whole input to every
     /// peer and reduces all inputs itself, in rank order (identical results
     /// on every rank). GPUs run it as a kernel of its own
-    /// (`GPUCOLL_ALGO=direct` selects it where it fits, as before).
+    /// (`GPUCOLL_ALGO=oneshot`).
     OneShot,
     /// all_reduce across nodes with the inter-node part handed to the
     /// backend's inter-node collective (MPI's own): reduce-scatter within
@@ -45,7 +46,7 @@ impl Algorithm {
     pub const ALL: [Algorithm; 6] = [
         Algorithm::Ring,
         Algorithm::Tree,
-        Algorithm::Direct,
+        Algorithm::Pairwise,
         Algorithm::OneShot,
         Algorithm::CollNet,
         Algorithm::CopyEngine,
@@ -55,7 +56,7 @@ impl Algorithm {
         match self {
             Algorithm::Ring => "ring",
             Algorithm::Tree => "tree",
-            Algorithm::Direct => "direct",
+            Algorithm::Pairwise => "pairwise",
             Algorithm::OneShot => "oneshot",
             Algorithm::CollNet => "collnet",
             Algorithm::CopyEngine => "ce",
@@ -63,13 +64,17 @@ impl Algorithm {
     }
 
     /// Parse a name as printed by [`Algorithm::name`] (`one_shot` and
-    /// `one-shot` also name the one-shot).
+    /// `one-shot` also name the one-shot; `direct`, the pairwise rounds'
+    /// former name, names them).
     pub fn parse(s: &str) -> Option<Algorithm> {
         let norm: String = s
             .trim()
             .chars()
             .filter(|c| *c != '_' && *c != '-')
             .collect();
+        if norm.eq_ignore_ascii_case("direct") {
+            return Some(Algorithm::Pairwise);
+        }
         Algorithm::ALL
             .into_iter()
             .find(|a| a.name().eq_ignore_ascii_case(&norm))

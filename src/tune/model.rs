@@ -40,15 +40,15 @@ pub fn protocol_factors(p: Protocol) -> (f64, f64) {
 /// Largest all_reduce (bytes per rank) that a backend with
 /// [`BackendCaps::direct`] runs as a one-shot: every rank pushes its whole
 /// input into every peer's mapped inbox, one flag barrier, then every rank
-/// reduces locally. Larger direct all_reduces run the pairwise step plan.
-pub const DIRECT_ONESHOT_MAX_BYTES: u64 = 16 << 20;
+/// reduces locally. Larger all_reduces over the direct path run the pairwise step plan.
+pub const ONESHOT_MAX_BYTES: u64 = 16 << 20;
 
 /// Largest one-shot all_reduce (bytes per rank) that may use the LL
 /// protocol (the LL inboxes are sized for it).
-pub const DIRECT_LL_MAX_BYTES: u64 = 1 << 20;
+pub const ONESHOT_LL_MAX_BYTES: u64 = 1 << 20;
 
 /// Bandwidth factor of the LL one-shot relative to the Simple one-shot.
-const DIRECT_LL_BANDWIDTH: f64 = 0.7;
+const ONESHOT_LL_BANDWIDTH: f64 = 0.7;
 
 /// Efficiency of the tree all_reduce's pipelining relative to the ideal
 /// (NCCL measures 0.5..0.9 depending on size; up and down share a channel).
@@ -146,11 +146,11 @@ pub fn estimate_us(
         (_, Algorithm::CopyEngine) if proto == Protocol::Simple => {
             return copy_engine_us(kind, bytes, shape, caps);
         }
-        (CollKind::AllReduce, Algorithm::Direct) => {
+        (CollKind::AllReduce, Algorithm::Pairwise) => {
             if nnodes > 1 || proto != Protocol::Simple {
                 return None;
             }
-            if caps.direct && bytes <= DIRECT_ONESHOT_MAX_BYTES as f64 {
+            if caps.direct && bytes <= ONESHOT_MAX_BYTES as f64 {
                 // Where the one-shot fits a direct path, it runs instead.
                 return None;
             }
@@ -171,12 +171,23 @@ pub fn estimate_us(
             let inter = nnodes - 1;
             (hops(steps - inter, inter, caps), bus)
         }
-        (CollKind::AllToAll | CollKind::Gather | CollKind::Scatter, Algorithm::Direct) => {
+        (CollKind::AllToAll | CollKind::Gather | CollKind::Scatter, Algorithm::Pairwise) => {
             let inter = if nnodes > 1 { 1 } else { 0 };
             let lat = hops(1 - inter, inter, caps) * (n - 1) as f64;
             (lat, bus)
         }
-        _ => return None,
+        // Every other pairing of a collective and an algorithm does not run.
+        (
+            CollKind::AllReduce
+            | CollKind::Reduce
+            | CollKind::Broadcast
+            | CollKind::AllGather
+            | CollKind::ReduceScatter
+            | CollKind::AllToAll
+            | CollKind::Gather
+            | CollKind::Scatter,
+            _,
+        ) => return None,
     };
     Some(caps.launch_us.max(0.0) + latency * lat_f + bytes / (1000.0 * positive(alg_bw)))
 }
@@ -212,7 +223,11 @@ pub fn copy_engine_us(
     let peers = (n - 1) as f64;
     let moved = match kind {
         CollKind::Broadcast => bytes * peers,
-        _ => bytes / n as f64 * peers,
+        CollKind::AllGather | CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => {
+            bytes / n as f64 * peers
+        }
+        // Refused above (`copy_engine_kind`).
+        CollKind::AllReduce | CollKind::Reduce | CollKind::ReduceScatter => return None,
     };
     Some(ce.latency_us.max(0.0) + moved / (1000.0 * positive(ce.bandwidth_gbs)))
 }
@@ -280,13 +295,13 @@ fn oneshot_us(proto: Protocol, bytes: f64, shape: &Shape, caps: &BackendCaps) ->
     if shape.nnodes > 1 {
         return None;
     }
-    if proto != Protocol::Simple && (proto != Protocol::LL || bytes > DIRECT_LL_MAX_BYTES as f64) {
+    if proto != Protocol::Simple && (proto != Protocol::LL || bytes > ONESHOT_LL_MAX_BYTES as f64) {
         // Only the one-shot kernel speaks LL, and only up to its inbox size.
         return None;
     }
     let (lat_f, bw_f) = protocol_factors(proto);
     if caps.direct {
-        if bytes > DIRECT_ONESHOT_MAX_BYTES as f64 {
+        if bytes > ONESHOT_MAX_BYTES as f64 {
             return None;
         }
         // One barrier; every rank sends its whole input to each of n-1 peers
@@ -295,7 +310,7 @@ fn oneshot_us(proto: Protocol, bytes: f64, shape: &Shape, caps: &BackendCaps) ->
         // and skips its fences: measured on 2×H200 it stays ahead of Simple
         // up to 1 MiB.
         let bw_f = if proto == Protocol::LL {
-            DIRECT_LL_BANDWIDTH
+            ONESHOT_LL_BANDWIDTH
         } else {
             bw_f
         };
@@ -323,7 +338,7 @@ mod tests {
     fn caps() -> BackendCaps {
         BackendCaps {
             protocols: vec![Protocol::Simple, Protocol::LL],
-            direct_protocols: vec![Protocol::Simple, Protocol::LL],
+            oneshot_protocols: vec![Protocol::Simple, Protocol::LL],
             max_channels: 4,
             slot_bytes: 1 << 16,
             fifo_slots: 8,
@@ -381,6 +396,6 @@ mod tests {
             ),
             None
         );
-        assert_eq!(est(Algorithm::Direct, Protocol::Simple, 8.0), None);
+        assert_eq!(est(Algorithm::Pairwise, Protocol::Simple, 8.0), None);
     }
 }

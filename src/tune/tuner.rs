@@ -111,11 +111,17 @@ impl Tuner {
                     v.push(Algorithm::CollNet);
                 }
                 if self.direct_available() {
-                    v.extend([Algorithm::OneShot, Algorithm::Direct]);
+                    v.extend([Algorithm::OneShot, Algorithm::Pairwise]);
                 }
                 v
             }
-            _ => {
+            CollKind::Reduce
+            | CollKind::Broadcast
+            | CollKind::AllGather
+            | CollKind::ReduceScatter
+            | CollKind::AllToAll
+            | CollKind::Gather
+            | CollKind::Scatter => {
                 let mut v = vec![base_algorithm(kind)];
                 if self.direct_available() {
                     v.push(Algorithm::OneShot);
@@ -170,52 +176,22 @@ impl Tuner {
         let Some(forced) = self.config.algo else {
             return (defaults, false);
         };
-        let forced_order = match (kind, forced) {
-            (CollKind::AllReduce, Algorithm::Ring | Algorithm::Tree) => Some(vec![forced]),
-            (CollKind::AllReduce, Algorithm::CollNet) if self.collnet_available() => {
-                Some(vec![forced])
-            }
-            (CollKind::AllReduce, Algorithm::CollNet) => {
-                self.warn_once(
-                    WARN_COLLNET_UNAVAILABLE,
-                    format_args!(
-                        "GPUCOLL_ALGO=collnet: needs several nodes with the same number of ranks \
-                         and a backend with rails (backend collnet={}, {} nodes, uniform={}); \
-                         using ring for all_reduce",
-                        self.caps.collnet, self.shape.nnodes, self.shape.uniform
-                    ),
-                );
-                Some(vec![Algorithm::Ring])
-            }
-            // `direct` keeps its meaning for all_reduce: the one-shot where
-            // it fits, the pairwise rounds beyond.
-            (CollKind::AllReduce, Algorithm::Direct) if self.direct_available() => {
-                Some(vec![Algorithm::OneShot, Algorithm::Direct])
-            }
-            (CollKind::AllReduce, Algorithm::OneShot) if self.shape.nnodes == 1 => {
-                let beyond = if self.direct_available() {
-                    Algorithm::Direct
-                } else {
-                    Algorithm::Ring
-                };
-                Some(vec![Algorithm::OneShot, beyond])
-            }
-            // Beyond the inboxes, the collective's own algorithm.
-            (_, Algorithm::OneShot) if kind != CollKind::AllReduce && self.direct_available() => {
-                Some(vec![Algorithm::OneShot, base_algorithm(kind)])
-            }
-            (CollKind::AllReduce, Algorithm::Direct | Algorithm::OneShot) => {
-                self.warn_once(
-                    WARN_DIRECT_UNAVAILABLE,
-                    format_args!(
-                        "GPUCOLL_ALGO={forced}: no direct path here (backend direct={}, {} nodes); using ring for all_reduce",
-                        self.caps.direct, self.shape.nnodes
-                    ),
-                );
-                Some(vec![Algorithm::Ring])
-            }
-            _ if defaults.contains(&forced) => Some(vec![forced]),
-            _ => None,
+        let forced_order = match kind {
+            CollKind::AllReduce => self.forced_all_reduce(forced),
+            CollKind::Reduce
+            | CollKind::Broadcast
+            | CollKind::AllGather
+            | CollKind::ReduceScatter
+            | CollKind::AllToAll
+            | CollKind::Gather
+            | CollKind::Scatter => match forced {
+                // Beyond the inboxes, the collective's own algorithm.
+                Algorithm::OneShot if self.direct_available() => {
+                    Some(vec![Algorithm::OneShot, base_algorithm(kind)])
+                }
+                _ if defaults.contains(&forced) => Some(vec![forced]),
+                _ => None,
+            },
         };
         match forced_order {
             Some(v) => (v, true),
@@ -233,12 +209,59 @@ impl Tuner {
         }
     }
 
+    /// The forced order for all_reduce under `GPUCOLL_ALGO=forced`.
+    fn forced_all_reduce(&self, forced: Algorithm) -> Option<Vec<Algorithm>> {
+        match forced {
+            Algorithm::Ring | Algorithm::Tree => Some(vec![forced]),
+            Algorithm::CollNet if self.collnet_available() => Some(vec![forced]),
+            Algorithm::CollNet => {
+                self.warn_once(
+                    WARN_COLLNET_UNAVAILABLE,
+                    format_args!(
+                        "GPUCOLL_ALGO=collnet: needs several nodes with the same number of ranks \
+                         and a backend with rails (backend collnet={}, {} nodes, uniform={}); \
+                         using ring for all_reduce",
+                        self.caps.collnet, self.shape.nnodes, self.shape.uniform
+                    ),
+                );
+                Some(vec![Algorithm::Ring])
+            }
+            // Forced pairwise (`direct`, its former name) keeps that name's
+            // meaning for all_reduce: the one-shot where it fits, the
+            // pairwise rounds beyond.
+            Algorithm::Pairwise if self.direct_available() => {
+                Some(vec![Algorithm::OneShot, Algorithm::Pairwise])
+            }
+            Algorithm::OneShot if self.shape.nnodes == 1 => {
+                let beyond = if self.direct_available() {
+                    Algorithm::Pairwise
+                } else {
+                    Algorithm::Ring
+                };
+                Some(vec![Algorithm::OneShot, beyond])
+            }
+            Algorithm::Pairwise | Algorithm::OneShot => {
+                self.warn_once(
+                    WARN_DIRECT_UNAVAILABLE,
+                    format_args!(
+                        "GPUCOLL_ALGO={forced}: no direct path here (backend direct={}, {} nodes); using ring for all_reduce",
+                        self.caps.direct, self.shape.nnodes
+                    ),
+                );
+                Some(vec![Algorithm::Ring])
+            }
+            // Copy engines are not forced through GPUCOLL_ALGO (config
+            // refuses it) and never run all_reduce.
+            Algorithm::CopyEngine => None,
+        }
+    }
+
     /// The protocols the backend implements for `kind` run by `algo`.
     fn implemented(&self, kind: CollKind, algo: Algorithm) -> &[Protocol] {
         let direct = algo == Algorithm::OneShot
-            || (kind == CollKind::AllReduce && algo == Algorithm::Direct);
-        if direct && !self.caps.direct_protocols.is_empty() {
-            &self.caps.direct_protocols
+            || (kind == CollKind::AllReduce && algo == Algorithm::Pairwise);
+        if direct && !self.caps.oneshot_protocols.is_empty() {
+            &self.caps.oneshot_protocols
         } else {
             &self.caps.protocols
         }
@@ -259,7 +282,7 @@ impl Tuner {
         match self.config.proto.filter(|_| forced) {
             Some(p) if avail.contains(&p) => vec![p],
             Some(p) => {
-                if !self.caps.protocols.contains(&p) && !self.caps.direct_protocols.contains(&p) {
+                if !self.caps.protocols.contains(&p) && !self.caps.oneshot_protocols.contains(&p) {
                     self.warn_once(
                         WARN_PROTO,
                         format_args!(
@@ -331,7 +354,7 @@ impl Tuner {
     /// would be chosen a grouped all_reduce runs the direct pairwise plan
     /// instead (what GPUs have always done with grouped direct calls).
     pub fn choose_in(&self, task: &Task, grouped: bool) -> Choice {
-        let bytes = task_bytes(task, self.shape.nranks);
+        let bytes = task.bytes(self.shape.nranks);
         let nchannels = self.channels(bytes);
         let (algos, forced_order) = self.algorithms(task.kind);
         // A forced protocol no candidate can run at this size (LL beyond the
@@ -342,7 +365,7 @@ impl Tuner {
         let (mut time, mut algorithm, mut protocol) =
             best.unwrap_or((f64::INFINITY, algos[0], Protocol::Simple));
         if grouped && algorithm == Algorithm::OneShot {
-            algorithm = Algorithm::Direct;
+            algorithm = Algorithm::Pairwise;
         }
         if self.use_copy_engine(task, grouped, bytes, time) {
             algorithm = Algorithm::CopyEngine;
@@ -383,19 +406,7 @@ fn base_algorithm(kind: CollKind) -> Algorithm {
         | CollKind::Broadcast
         | CollKind::AllGather
         | CollKind::ReduceScatter => Algorithm::Ring,
-        CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => Algorithm::Direct,
-    }
-}
-
-fn task_bytes(task: &Task, nranks: usize) -> u64 {
-    let per = task.count.saturating_mul(task.dtype.size() as u64);
-    match task.kind {
-        CollKind::AllGather
-        | CollKind::ReduceScatter
-        | CollKind::AllToAll
-        | CollKind::Gather
-        | CollKind::Scatter => per.saturating_mul(nranks as u64),
-        _ => per,
+        CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => Algorithm::Pairwise,
     }
 }
 

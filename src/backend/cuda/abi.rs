@@ -43,23 +43,23 @@ pub(crate) fn kernel_dtype(dtype: Datatype) -> Datatype {
         d => d,
     }
 }
-/// `GC_FLAG_LL`: the direct one-shot uses LL lines.
+/// `GC_FLAG_LL`: the one-shot uses LL lines.
 pub(crate) const FLAG_LL: u32 = 8;
-/// `GC_FLAG_NOTIFY`: the direct kernel stores its end into `GcChanStatus::done`.
+/// `GC_FLAG_NOTIFY`: the one-shot kernel stores its end into `GcChanStatus::done`.
 pub(crate) const FLAG_NOTIFY: u32 = 16;
-/// `GC_DIRECT_KIND_SHIFT`: the direct kernel's collective, in flags bits 8..11.
-pub(crate) const DIRECT_KIND_SHIFT: u32 = 8;
-/// `GC_DIRECT_ALL_REDUCE` and the other collectives of the direct kernel.
-pub(crate) const DIRECT_ALL_REDUCE: u32 = 0;
-pub(crate) const DIRECT_ALL_GATHER: u32 = 1;
-pub(crate) const DIRECT_REDUCE_SCATTER: u32 = 2;
-pub(crate) const DIRECT_ALL_TO_ALL: u32 = 3;
-pub(crate) const DIRECT_BROADCAST: u32 = 4;
-pub(crate) const DIRECT_REDUCE: u32 = 5;
-pub(crate) const DIRECT_GATHER: u32 = 6;
-pub(crate) const DIRECT_SCATTER: u32 = 7;
-/// `GC_DIRECT_ROOT_SHIFT`: the root of a rooted one-shot, in flags bits 12..15.
-pub(crate) const DIRECT_ROOT_SHIFT: u32 = 12;
+/// `GC_ONESHOT_KIND_SHIFT`: the one-shot kernel's collective, in flags bits 8..11.
+pub(crate) const ONESHOT_KIND_SHIFT: u32 = 8;
+/// `GC_ONESHOT_ALL_REDUCE` and the other collectives of the one-shot kernel.
+pub(crate) const ONESHOT_ALL_REDUCE: u32 = 0;
+pub(crate) const ONESHOT_ALL_GATHER: u32 = 1;
+pub(crate) const ONESHOT_REDUCE_SCATTER: u32 = 2;
+pub(crate) const ONESHOT_ALL_TO_ALL: u32 = 3;
+pub(crate) const ONESHOT_BROADCAST: u32 = 4;
+pub(crate) const ONESHOT_REDUCE: u32 = 5;
+pub(crate) const ONESHOT_GATHER: u32 = 6;
+pub(crate) const ONESHOT_SCATTER: u32 = 7;
+/// `GC_ONESHOT_ROOT_SHIFT`: the root of a rooted one-shot, in flags bits 12..15.
+pub(crate) const ONESHOT_ROOT_SHIFT: u32 = 12;
 /// `GC_LL_HEADER_LINES`: header lines before an LL inbox's data lines.
 pub(crate) const LL_HEADER_LINES: u64 = 64;
 
@@ -168,12 +168,12 @@ pub(crate) struct GcArgs {
     pub pad: u32,
 }
 
-/// `GC_DIRECT_MAX_RANKS`.
-pub(crate) const DIRECT_RANKS: usize = 8;
+/// `GC_ONESHOT_MAX_RANKS`.
+pub(crate) const ONESHOT_RANKS: usize = 8;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct GcDirectArgs {
+pub(crate) struct GcOneShotArgs {
     pub input: u64,
     pub output: u64,
     pub count: u64,
@@ -190,10 +190,10 @@ pub(crate) struct GcDirectArgs {
     pub rank: u32,
     pub op: u32,
     pub flags: u32,
-    pub put_data: [u64; DIRECT_RANKS],
-    pub put_flag: [u64; DIRECT_RANKS],
-    pub get_data: [u64; DIRECT_RANKS],
-    pub get_flag: [u64; DIRECT_RANKS],
+    pub put_data: [u64; ONESHOT_RANKS],
+    pub put_flag: [u64; ONESHOT_RANKS],
+    pub get_data: [u64; ONESHOT_RANKS],
+    pub get_flag: [u64; ONESHOT_RANKS],
 }
 
 /// `GcFlag`: one direct-path flag. The backend addresses the flag arrays by
@@ -206,23 +206,23 @@ pub(crate) struct GcFlag {
     pub meta: u64,
 }
 
-/// `GcDirectCtl`: the direct kernels' launch counter (one epoch per
-/// block), at the start of the direct area (addressed by offset; mirrored
+/// `GcOneShotCtl`: the one-shot kernels' launch counter (one epoch per
+/// block), at the start of the one-shot area (addressed by offset; mirrored
 /// for the layout test).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 #[allow(dead_code)]
-pub(crate) struct GcDirectCtl {
+pub(crate) struct GcOneShotCtl {
     pub done: u32,
     pub pad: u32,
-    /// `GC_DIRECT_MAX_BLOCKS` entries (the backend's `DIRECT_MAX_BLOCKS`).
+    /// `GC_ONESHOT_MAX_BLOCKS` entries (the backend's `ONESHOT_MAX_BLOCKS`).
     pub epochs: [u64; 64],
 }
 
 /// `GC_RESIDENT_ARGS_OFF`: the posted call's LL lines in the resident
 /// kernel's mailbox, after the `GcResidentBox` header.
 pub(crate) const RESIDENT_ARGS_OFF: u64 = 64;
-/// `GC_RESIDENT_LINES`: a `GcDirectArgs` as 8-byte words, then one word of
+/// `GC_RESIDENT_LINES`: a `GcOneShotArgs` as 8-byte words, then one word of
 /// datatype and grid, each in a 16-byte LL line.
 pub(crate) const RESIDENT_LINES: u64 = 47;
 /// `GC_DT_*`: the resident kernel's datatypes.
@@ -282,11 +282,11 @@ pub(crate) struct GcPeerArgs {
     pub rank: u32,
     pub op: u32,
     pub flags: u32,
-    pub input: [u64; DIRECT_RANKS],
-    pub output: [u64; DIRECT_RANKS],
+    pub input: [u64; ONESHOT_RANKS],
+    pub output: [u64; ONESHOT_RANKS],
 }
 
-const _: () = assert!(std::mem::size_of::<GcDirectArgs>() == 368);
+const _: () = assert!(std::mem::size_of::<GcOneShotArgs>() == 368);
 const _: () = assert!(std::mem::size_of::<GcPeerArgs>() == 176);
 const _: () = assert!(std::mem::size_of::<GcStep>() == 64);
 const _: () = assert!(std::mem::size_of::<GcConn>() == 64);
@@ -296,7 +296,7 @@ const _: () = assert!(std::mem::size_of::<GcChanStatus>() == 64);
 const _: () = assert!(std::mem::size_of::<GcArgs>() == 120);
 const _: () = assert!(std::mem::size_of::<GcResidentBox>() as u64 == RESIDENT_ARGS_OFF);
 const _: () = assert!(std::mem::size_of::<GcResidentArgs>() == 40);
-const _: () = assert!(std::mem::size_of::<GcDirectArgs>() as u64 / 8 + 1 == RESIDENT_LINES);
+const _: () = assert!(std::mem::size_of::<GcOneShotArgs>() as u64 / 8 + 1 == RESIDENT_LINES);
 
 #[cfg(test)]
 mod layout_tests {
@@ -423,12 +423,12 @@ mod layout_tests {
             ),
             ("GcFlag", rust_layout!(GcFlag { epoch, meta })),
             (
-                "GcDirectCtl",
-                rust_layout!(GcDirectCtl { done, pad, epochs }),
+                "GcOneShotCtl",
+                rust_layout!(GcOneShotCtl { done, pad, epochs }),
             ),
             (
-                "GcDirectArgs",
-                rust_layout!(GcDirectArgs {
+                "GcOneShotArgs",
+                rust_layout!(GcOneShotArgs {
                     input,
                     output,
                     count,
@@ -548,16 +548,16 @@ mod layout_tests {
             ("GC_FLAG_POST_OP", FLAG_POST_OP.into()),
             ("GC_FLAG_LL", FLAG_LL.into()),
             ("GC_FLAG_NOTIFY", FLAG_NOTIFY.into()),
-            ("GC_DIRECT_KIND_SHIFT", DIRECT_KIND_SHIFT.into()),
-            ("GC_DIRECT_ALL_REDUCE", DIRECT_ALL_REDUCE.into()),
-            ("GC_DIRECT_ALL_GATHER", DIRECT_ALL_GATHER.into()),
-            ("GC_DIRECT_REDUCE_SCATTER", DIRECT_REDUCE_SCATTER.into()),
-            ("GC_DIRECT_ALL_TO_ALL", DIRECT_ALL_TO_ALL.into()),
-            ("GC_DIRECT_BROADCAST", DIRECT_BROADCAST.into()),
-            ("GC_DIRECT_REDUCE", DIRECT_REDUCE.into()),
-            ("GC_DIRECT_GATHER", DIRECT_GATHER.into()),
-            ("GC_DIRECT_SCATTER", DIRECT_SCATTER.into()),
-            ("GC_DIRECT_ROOT_SHIFT", DIRECT_ROOT_SHIFT.into()),
+            ("GC_ONESHOT_KIND_SHIFT", ONESHOT_KIND_SHIFT.into()),
+            ("GC_ONESHOT_ALL_REDUCE", ONESHOT_ALL_REDUCE.into()),
+            ("GC_ONESHOT_ALL_GATHER", ONESHOT_ALL_GATHER.into()),
+            ("GC_ONESHOT_REDUCE_SCATTER", ONESHOT_REDUCE_SCATTER.into()),
+            ("GC_ONESHOT_ALL_TO_ALL", ONESHOT_ALL_TO_ALL.into()),
+            ("GC_ONESHOT_BROADCAST", ONESHOT_BROADCAST.into()),
+            ("GC_ONESHOT_REDUCE", ONESHOT_REDUCE.into()),
+            ("GC_ONESHOT_GATHER", ONESHOT_GATHER.into()),
+            ("GC_ONESHOT_SCATTER", ONESHOT_SCATTER.into()),
+            ("GC_ONESHOT_ROOT_SHIFT", ONESHOT_ROOT_SHIFT.into()),
             ("GC_ERR_NONE", ERR_NONE.into()),
             ("GC_ERR_ABORTED", ERR_ABORTED.into()),
             ("GC_ERR_META", ERR_META.into()),
@@ -567,7 +567,7 @@ mod layout_tests {
             ("GC_CONN_META_OFF", CONN_META_OFF),
             ("GC_CONN_HEADER", CONN_HEADER),
             ("GC_HEAD_STRIDE", HEAD_STRIDE),
-            ("GC_DIRECT_MAX_RANKS", DIRECT_RANKS as u64),
+            ("GC_ONESHOT_MAX_RANKS", ONESHOT_RANKS as u64),
             ("GC_LL_HEADER_LINES", LL_HEADER_LINES),
             ("GC_OP_SUM", OP_SUM.into()),
             ("GC_OP_PROD", OP_PROD.into()),
@@ -594,8 +594,8 @@ mod layout_tests {
     }
 
     /// Constants of the header that abi.rs does not define: the backend
-    /// keeps its own copy (`DIRECT_MAX_BLOCKS`), checked by the GPU runs.
-    const UNMIRRORED_CONSTS: &[&str] = &["GC_DIRECT_MAX_BLOCKS"];
+    /// keeps its own copy (`ONESHOT_MAX_BLOCKS`), checked by the GPU runs.
+    const UNMIRRORED_CONSTS: &[&str] = &["GC_ONESHOT_MAX_BLOCKS"];
 
     fn const_mismatches() -> Vec<String> {
         let rust = mirrored_consts();

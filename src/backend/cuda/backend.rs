@@ -13,7 +13,7 @@ use super::memory::bind;
 use super::order::stream_mode;
 use super::pending::ABORT_GRACE;
 use super::profile::Phase;
-use super::state::Inner;
+use super::state::CudaShared;
 use super::watchdog::Watchdog;
 use crate::backend::{Backend, BackendCaps, Launch, PendingWork, Registered};
 use crate::buffer::{MemoryKind, RawBuffer};
@@ -30,12 +30,12 @@ pub struct CudaBackend {
     /// Watches the peers once work was captured into a graph; joined
     /// before `inner` is dropped.
     guard: GraphGuard,
-    inner: Arc<Inner>,
+    inner: Arc<CudaShared>,
     caps: BackendCaps,
 }
 
 impl CudaBackend {
-    pub(super) fn from_parts(inner: Arc<Inner>, caps: BackendCaps) -> CudaBackend {
+    pub(super) fn from_parts(inner: Arc<CudaShared>, caps: BackendCaps) -> CudaBackend {
         CudaBackend {
             watchdog: Watchdog::default(),
             guard: GraphGuard::default(),
@@ -139,7 +139,7 @@ impl Backend for CudaBackend {
         Some(self.inner.ctx.ordinal)
     }
 
-    /// A copy-engine call without copies (`ce/register.rs`), where the
+    /// A copy-engine call without copies (`peer_mem/register.rs`), where the
     /// communicator has copy engines (one node, every peer mapped).
     fn register(&self, seq: u64, buf: &RawBuffer) -> Result<Option<Registered>> {
         if self.caps.copy_engine.is_none() {

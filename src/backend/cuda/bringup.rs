@@ -9,18 +9,18 @@ use super::abi::GcConn;
 use super::backend::CudaBackend;
 use super::cache::StepStore;
 use super::caps::caps;
-use super::ce::CopyEngines;
 use super::driver;
 use super::handles::{EventPool, IpcMapping, Stream};
 use super::layout::*;
-use super::lower::Target;
+use super::lower::DeviceTargets;
 use super::memory::{bind, DevMem, DeviceCtx, LiveOnDevice};
 use super::module::Kernels;
 use super::net::{self, NetLayout, NetProxy};
+use super::peer_mem::CopyEngines;
 use super::profile::HostProfile;
 use super::resident::Resident;
 use super::shm::{self, Segment};
-use super::state::Inner;
+use super::state::CudaShared;
 use crate::backend::shared::calibrate;
 use crate::backend::shared::failure::Failure;
 use crate::backend::shared::liveness::PeerLiveness;
@@ -235,7 +235,7 @@ fn negotiate(
         slots: FIFO_SLOTS as u64,
         slot_bytes: slot_bytes as u64,
         // The one-shot path needs every peer mapped: single node only.
-        direct: !multi && transport == Transport::P2p && nranks > 1 && nranks <= DIRECT_MAX_RANKS,
+        direct: !multi && transport == Transport::P2p && nranks > 1 && nranks <= ONESHOT_MAX_RANKS,
     };
     let net_layout = NetLayout {
         peers: (0..nranks).filter(|&r| !topo.same_node(r, rank)).collect(),
@@ -528,7 +528,7 @@ impl CudaBackend {
             }
         };
         let own = &segs[local_rank];
-        let target = Target {
+        let target = DeviceTargets {
             rank,
             nranks,
             layout: a.layout,
@@ -536,11 +536,11 @@ impl CudaBackend {
             recv_conns: recv_conns.ptr,
             abort_word: own.dev_at(0)?,
             status: own.dev_at(shm::STATUS_OFF)?,
-            direct_bases: if a.layout.direct {
+            oneshot_bases: if a.layout.direct {
                 fifos
                     .bases
                     .iter()
-                    .map(|b| b + a.layout.direct_off())
+                    .map(|b| b + a.layout.oneshot_off())
                     .collect()
             } else {
                 Vec::new()
@@ -573,7 +573,7 @@ impl CudaBackend {
         } else {
             None
         };
-        let inner = Arc::new(Inner {
+        let inner = Arc::new(CudaShared {
             ce,
             profile: HostProfile::from_env(),
             liveness: PeerLiveness::new(local_peers),
@@ -608,7 +608,7 @@ impl CudaBackend {
 
 /// Which transport reaches each peer, e.g. "1:p2p 2:net 3:net", and the
 /// agreed geometry.
-fn log_ready(inner: &Inner, topo: &Topology, a: &Agreed) {
+fn log_ready(inner: &CudaShared, topo: &Topology, a: &Agreed) {
     let rank = inner.rank;
     let intra_name = match a.transport {
         Transport::P2p => "p2p",

@@ -18,7 +18,7 @@ pub(super) fn caps(
 ) -> BackendCaps {
     BackendCaps {
         protocols: vec![Protocol::Simple],
-        direct_protocols: if layout.direct {
+        oneshot_protocols: if layout.direct {
             vec![Protocol::Simple, Protocol::LL]
         } else {
             Vec::new()

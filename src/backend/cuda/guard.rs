@@ -8,7 +8,7 @@
 //! After a failure it keeps releasing the copy-engine handshakes of
 //! replays (their waits have no abort word to see).
 
-use super::state::Inner;
+use super::state::CudaShared;
 use crate::backend::shared::liveness::CHECK_EVERY;
 use crate::error::{Error, Result};
 use std::sync::{Arc, Condvar, Mutex};
@@ -32,7 +32,7 @@ pub(super) struct GraphGuard {
 
 impl GraphGuard {
     /// Start the thread, once.
-    pub(super) fn start(&self, inner: &Arc<Inner>) -> Result<()> {
+    pub(super) fn start(&self, inner: &Arc<CudaShared>) -> Result<()> {
         let mut g = self.thread.lock().unwrap_or_else(|p| p.into_inner());
         if g.is_some() {
             return Ok(());
@@ -62,7 +62,7 @@ impl GraphGuard {
 }
 
 impl Shared {
-    fn run(&self, inner: &Inner) {
+    fn run(&self, inner: &CudaShared) {
         let mut stop = self.stop.lock().unwrap_or_else(|p| p.into_inner());
         while !*stop {
             stop = self

@@ -1,7 +1,7 @@
 //! Kernel launches: one block of [`THREADS`] threads per channel for the
 //! step interpreter, `grid` blocks for a one-shot or a peer kernel.
 
-use super::abi::{GcArgs, GcDirectArgs, GcPeerArgs, GcResidentArgs};
+use super::abi::{GcArgs, GcOneShotArgs, GcPeerArgs, GcResidentArgs};
 use super::driver::{self, CUstream};
 use super::module::Kernels;
 use crate::datatype::Datatype;
@@ -48,11 +48,11 @@ pub(super) unsafe fn direct(
     dtype: Datatype,
     grid: u32,
     threads: u32,
-    args: &mut GcDirectArgs,
+    args: &mut GcOneShotArgs,
     stream: CUstream,
 ) -> Result<()> {
-    let mut params = [args as *mut GcDirectArgs as *mut c_void];
-    // SAFETY: one GcDirectArgs by value as the kernel expects; the buffers
+    let mut params = [args as *mut GcOneShotArgs as *mut c_void];
+    // SAFETY: one GcOneShotArgs by value as the kernel expects; the buffers
     // stay valid until it finished (this function's contract).
     unsafe {
         driver::launch(

@@ -65,32 +65,32 @@ pub(super) const SLOT_BYTES_SHM: usize = 64 << 10;
 pub(super) const NET_CHANNELS: usize = 4;
 pub(super) const SLOT_BYTES_NET: usize = 128 << 10;
 
-/// Most ranks and blocks of the direct (one-shot) kernels (`GC_DIRECT_MAX_*`).
-pub(super) const DIRECT_MAX_RANKS: usize = 8;
-pub(super) const DIRECT_MAX_BLOCKS: u64 = 64;
+/// Most ranks and blocks of the direct (one-shot) kernels (`GC_ONESHOT_MAX_*`).
+pub(super) const ONESHOT_MAX_RANKS: usize = 8;
+pub(super) const ONESHOT_MAX_BLOCKS: u64 = 64;
 /// Bytes per block below which the one-shot kernel uses fewer blocks.
-pub(super) const DIRECT_BLOCK_BYTES: u64 = 32 << 10;
+pub(super) const ONESHOT_BLOCK_BYTES: u64 = 32 << 10;
 /// Largest one-shot all_reduce (bytes); the inboxes are sized for it.
-pub(super) const DIRECT_MAX_BYTES: u64 = crate::tune::model::DIRECT_ONESHOT_MAX_BYTES;
+pub(super) const ONESHOT_MAX_BYTES: u64 = crate::tune::model::ONESHOT_MAX_BYTES;
 /// Bytes of one parity's flags: `[sender][block]` of `GcFlag` (16 bytes).
-pub(super) const DIRECT_FLAGS_BYTES: u64 = DIRECT_MAX_RANKS as u64 * DIRECT_MAX_BLOCKS * 16;
+pub(super) const ONESHOT_FLAGS_BYTES: u64 = ONESHOT_MAX_RANKS as u64 * ONESHOT_MAX_BLOCKS * 16;
 /// Largest LL one-shot all_reduce (bytes).
-pub(super) const DIRECT_LL_MAX_BYTES: u64 = crate::tune::model::DIRECT_LL_MAX_BYTES;
+pub(super) const ONESHOT_LL_MAX_BYTES: u64 = crate::tune::model::ONESHOT_LL_MAX_BYTES;
 /// Bytes of one LL inbox: a header line per block, then one 16-byte line
 /// per 8 data bytes.
-pub(super) const DIRECT_LL_BOX_BYTES: u64 = (LL_HEADER_LINES + DIRECT_LL_MAX_BYTES / 8) * 16;
+pub(super) const ONESHOT_LL_BOX_BYTES: u64 = (LL_HEADER_LINES + ONESHOT_LL_MAX_BYTES / 8) * 16;
 /// Bytes of one sender's inbox: Simple data, then the LL lines.
-pub(super) const DIRECT_BOX_BYTES: u64 = DIRECT_MAX_BYTES + DIRECT_LL_BOX_BYTES;
-/// Bytes before the parities of the direct area: the launch counter
-/// (`GcDirectCtl`), on a page of its own.
-pub(super) const DIRECT_CTL_BYTES: u64 = 4096;
+pub(super) const ONESHOT_BOX_BYTES: u64 = ONESHOT_MAX_BYTES + ONESHOT_LL_BOX_BYTES;
+/// Bytes before the parities of the one-shot area: the launch counter
+/// (`GcOneShotCtl`), on a page of its own.
+pub(super) const ONESHOT_CTL_BYTES: u64 = 4096;
 // The counter holds one epoch per block and fits its page.
 const _: () = assert!(
-    std::mem::size_of::<GcDirectCtl>() as u64 == 8 + 8 * DIRECT_MAX_BLOCKS
-        && std::mem::size_of::<GcDirectCtl>() as u64 <= DIRECT_CTL_BYTES
+    std::mem::size_of::<GcOneShotCtl>() as u64 == 8 + 8 * ONESHOT_MAX_BLOCKS
+        && std::mem::size_of::<GcOneShotCtl>() as u64 <= ONESHOT_CTL_BYTES
 );
 /// Data bytes per block of the LL one-shot: one 8-byte unit per thread.
-pub(super) const DIRECT_LL_BLOCK_BYTES: u64 = THREADS as u64 * 8;
+pub(super) const ONESHOT_LL_BLOCK_BYTES: u64 = THREADS as u64 * 8;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Transport {
@@ -105,7 +105,7 @@ pub(super) struct Layout {
     pub channels: u64,
     pub slots: u64,
     pub slot_bytes: u64,
-    /// Whether the block ends with the direct area (P2P only).
+    /// Whether the block ends with the one-shot area (P2P only).
     pub direct: bool,
 }
 
@@ -127,25 +127,25 @@ impl Layout {
     pub(super) fn fifo_total(&self) -> u64 {
         self.heads_bytes() + self.channels * self.nranks * self.conn_bytes()
     }
-    /// Start of the direct area: the launch counter, then per parity, flags
+    /// Start of the one-shot area: the launch counter, then per parity, flags
     /// and one inbox per sender.
-    pub(super) fn direct_off(&self) -> u64 {
+    pub(super) fn oneshot_off(&self) -> u64 {
         self.fifo_total().div_ceil(4096) * 4096
     }
-    pub(super) fn direct_parity_bytes(&self) -> u64 {
-        DIRECT_FLAGS_BYTES + self.nranks * DIRECT_BOX_BYTES
+    pub(super) fn oneshot_parity_bytes(&self) -> u64 {
+        ONESHOT_FLAGS_BYTES + self.nranks * ONESHOT_BOX_BYTES
     }
-    /// Flags `[sender][..]` of parity 0, relative to the direct area.
-    pub(super) fn direct_flags(&self, sender: u64) -> u64 {
-        DIRECT_CTL_BYTES + sender * DIRECT_MAX_BLOCKS * 16
+    /// Flags `[sender][..]` of parity 0, relative to the one-shot area.
+    pub(super) fn oneshot_flags(&self, sender: u64) -> u64 {
+        ONESHOT_CTL_BYTES + sender * ONESHOT_MAX_BLOCKS * 16
     }
-    /// Inbox of `sender` for parity 0, relative to the direct area.
-    pub(super) fn direct_inbox(&self, sender: u64) -> u64 {
-        DIRECT_CTL_BYTES + DIRECT_FLAGS_BYTES + sender * DIRECT_BOX_BYTES
+    /// Inbox of `sender` for parity 0, relative to the one-shot area.
+    pub(super) fn oneshot_inbox(&self, sender: u64) -> u64 {
+        ONESHOT_CTL_BYTES + ONESHOT_FLAGS_BYTES + sender * ONESHOT_BOX_BYTES
     }
     pub(super) fn total(&self) -> u64 {
         if self.direct {
-            self.direct_off() + DIRECT_CTL_BYTES + 2 * self.direct_parity_bytes()
+            self.oneshot_off() + ONESHOT_CTL_BYTES + 2 * self.oneshot_parity_bytes()
         } else {
             self.fifo_total()
         }

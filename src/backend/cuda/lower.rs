@@ -1,13 +1,13 @@
 //! Plan lowering: a rank's `Plan` becomes device step tables (`GcStep`,
-//! `GcChan`) and kernel arguments (`GcArgs`, `GcDirectArgs`). Pure code: no
-//! driver call, every address comes in through [`Target`] and [`Mem`], so
+//! `GcChan`) and kernel arguments (`GcArgs`, `GcOneShotArgs`). Pure code: no
+//! driver call, every address comes in through [`DeviceTargets`] and [`Mem`], so
 //! the unit tests below run on machines without a GPU.
 
 use super::abi::*;
 use super::launch::THREADS;
 use super::layout::{
-    Layout, DIRECT_BLOCK_BYTES, DIRECT_LL_BLOCK_BYTES, DIRECT_LL_MAX_BYTES, DIRECT_MAX_BLOCKS,
-    DIRECT_MAX_BYTES,
+    Layout, ONESHOT_BLOCK_BYTES, ONESHOT_LL_BLOCK_BYTES, ONESHOT_LL_MAX_BYTES, ONESHOT_MAX_BLOCKS,
+    ONESHOT_MAX_BYTES,
 };
 use super::net::RailJob;
 use crate::backend::shared::validate::{self, plan_error, Limits};
@@ -28,7 +28,7 @@ pub(super) struct Mem {
 
 /// The device addresses a rank's tables point at, fixed at bring-up.
 #[derive(Debug, Clone)]
-pub(super) struct Target {
+pub(super) struct DeviceTargets {
     pub rank: usize,
     pub nranks: usize,
     pub layout: Layout,
@@ -38,9 +38,9 @@ pub(super) struct Target {
     /// Our abort word and per-channel status area (control segment).
     pub abort_word: u64,
     pub status: u64,
-    /// Every rank's direct area in our address space; empty without the
+    /// Every rank's one-shot area in our address space; empty without the
     /// direct path.
-    pub direct_bases: Vec<u64>,
+    pub oneshot_bases: Vec<u64>,
     /// Our rail (local index) where the NET layout has rail pairs: collnet
     /// runs (`net/rail.rs`).
     pub rail: Option<u32>,
@@ -56,19 +56,19 @@ pub(super) enum Item {
         /// The kernel's datatype ([`kernel_dtype`] of the call's).
         dtype: Datatype,
     },
-    /// A one-shot direct kernel.
-    Direct {
-        args: Box<GcDirectArgs>,
+    /// The one-shot kernel (`gc_oneshot_<t>`).
+    OneShot {
+        args: Box<GcOneShotArgs>,
         /// The kernel's datatype ([`kernel_dtype`] of the call's).
         dtype: Datatype,
         grid: u32,
-        /// Threads per block ([`direct_threads`]).
+        /// Threads per block ([`oneshot_threads`]).
         threads: u32,
     },
     /// A copy-engine collective: no kernel.
     Copy(Box<CeCall>),
     /// A call that may run as a peer kernel on registered buffers
-    /// (`ce/peer.rs`), decided at its rendezvous; the item after it is
+    /// (`peer_mem/peer.rs`), decided at its rendezvous; the item after it is
     /// the call's own launch, skipped when the peer kernel ran.
     Peer(Box<PeerCall>),
     /// A communicator of one rank: the collective is a copy of the input
@@ -95,7 +95,7 @@ pub(super) struct CeCall {
     pub seq: u64,
 }
 
-/// One call as the peer kernels on registered buffers see it (`ce/peer.rs`).
+/// One call as the peer kernels on registered buffers see it (`peer_mem/peer.rs`).
 #[derive(Debug, Clone)]
 pub(super) struct PeerCall {
     pub kind: CollKind,
@@ -154,7 +154,10 @@ impl PeerCall {
             CollKind::ReduceScatter => (c.saturating_mul(n), c),
             CollKind::AllGather => (c, c.saturating_mul(n)),
             CollKind::Broadcast if me != self.root => (0, c),
-            _ => (c, c),
+            CollKind::AllReduce | CollKind::Broadcast => (c, c),
+            // No peer kernel runs these (`peer::peer_candidate`): their
+            // extents are the task's.
+            CollKind::Reduce | CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => (c, c),
         }
     }
 }
@@ -242,17 +245,18 @@ pub(super) fn int_scale(dtype: Datatype, s: f64) -> u64 {
     }
 }
 
-/// The direct kernel's code for a collective it runs, if it runs it.
-pub(super) fn direct_kind(kind: CollKind) -> Option<u32> {
+/// The one-shot kernel's code for a collective (it runs all of them; a new
+/// collective needs its code here and in `kernels/oneshot.cuh`).
+pub(super) fn oneshot_kind(kind: CollKind) -> u32 {
     match kind {
-        CollKind::AllReduce => Some(DIRECT_ALL_REDUCE),
-        CollKind::AllGather => Some(DIRECT_ALL_GATHER),
-        CollKind::ReduceScatter => Some(DIRECT_REDUCE_SCATTER),
-        CollKind::AllToAll => Some(DIRECT_ALL_TO_ALL),
-        CollKind::Broadcast => Some(DIRECT_BROADCAST),
-        CollKind::Reduce => Some(DIRECT_REDUCE),
-        CollKind::Gather => Some(DIRECT_GATHER),
-        CollKind::Scatter => Some(DIRECT_SCATTER),
+        CollKind::AllReduce => ONESHOT_ALL_REDUCE,
+        CollKind::AllGather => ONESHOT_ALL_GATHER,
+        CollKind::ReduceScatter => ONESHOT_REDUCE_SCATTER,
+        CollKind::AllToAll => ONESHOT_ALL_TO_ALL,
+        CollKind::Broadcast => ONESHOT_BROADCAST,
+        CollKind::Reduce => ONESHOT_REDUCE,
+        CollKind::Gather => ONESHOT_GATHER,
+        CollKind::Scatter => ONESHOT_SCATTER,
     }
 }
 
@@ -265,7 +269,7 @@ pub(super) fn direct_kind(kind: CollKind) -> Option<u32> {
 /// Simple block drops to 64 threads only up to 4 KiB (8 KiB on 64 threads
 /// took 6.15 µs against 5.41). The kernel loops over its units with any
 /// block size, so ranks may even differ.
-pub(super) fn direct_threads(ll: bool, bytes: u64, grid: u32) -> u32 {
+pub(super) fn oneshot_threads(ll: bool, bytes: u64, grid: u32) -> u32 {
     const FEWEST: u64 = 64;
     let threads = if grid > 1 {
         THREADS as u64
@@ -299,14 +303,14 @@ pub(super) fn runs_as_oneshot(
         return Ok(false);
     }
     let bytes = task.count.saturating_mul(task.dtype.size() as u64);
-    if direct_kind(task.kind).is_none() || in_group || !direct_path || bytes > DIRECT_MAX_BYTES {
+    if in_group || !direct_path || bytes > ONESHOT_MAX_BYTES {
         return Err(plan_error(
             seq,
             0,
             0,
             format!(
                 "a one-shot {} of {bytes} bytes per rank (in a group: {in_group}), which needs \
-                 the direct path outside a group and at most {DIRECT_MAX_BYTES} bytes",
+                 the direct path outside a group and at most {ONESHOT_MAX_BYTES} bytes",
                 task.kind.name()
             ),
         ));
@@ -314,10 +318,10 @@ pub(super) fn runs_as_oneshot(
     Ok(true)
 }
 
-impl Target {
+impl DeviceTargets {
     /// Whether the one-shot inboxes of every rank are mapped.
     pub(super) fn direct_path(&self) -> bool {
-        self.layout.direct && self.direct_bases.len() == self.nranks
+        self.layout.direct && self.oneshot_bases.len() == self.nranks
     }
 
     /// The one-shot kernel launch of a plan for which
@@ -325,14 +329,7 @@ impl Target {
     pub(super) fn oneshot(&self, plan: &Plan, input: Mem, output: Mem, seq: u64) -> Result<Item> {
         let task = &plan.task;
         let dtype = task.dtype;
-        let kind = direct_kind(task.kind).ok_or_else(|| {
-            plan_error(
-                seq,
-                0,
-                0,
-                format!("no one-shot kernel for {}", task.kind.name()),
-            )
-        })?;
+        let kind = oneshot_kind(task.kind);
         let bytes = task.count.saturating_mul(dtype.size() as u64);
         let n = self.nranks as u64;
         // Segments of `count` elements this rank reads and writes: one per
@@ -358,7 +355,7 @@ impl Target {
                 0,
                 0,
                 format!(
-                    "direct {} of {} elements per rank over buffers of {} and {}",
+                    "one-shot {} of {} elements per rank over buffers of {} and {}",
                     task.kind.name(),
                     task.count,
                     input.elems,
@@ -369,15 +366,15 @@ impl Target {
         let (me, l) = (self.rank as u64, &self.layout);
         let red = plan.reduction;
         let ll = plan.protocol == Protocol::LL;
-        if ll && bytes > DIRECT_LL_MAX_BYTES {
+        if ll && bytes > ONESHOT_LL_MAX_BYTES {
             return Err(plan_error(
                 seq,
                 0,
                 0,
-                format!("an LL one-shot of {bytes} bytes (at most {DIRECT_LL_MAX_BYTES})"),
+                format!("an LL one-shot of {bytes} bytes (at most {ONESHOT_LL_MAX_BYTES})"),
             ));
         }
-        let mut flags = kind << DIRECT_KIND_SHIFT | (task.root as u32) << DIRECT_ROOT_SHIFT;
+        let mut flags = kind << ONESHOT_KIND_SHIFT | (task.root as u32) << ONESHOT_ROOT_SHIFT;
         if red.pre_scale.is_some() {
             flags |= FLAG_PRE_OP;
         }
@@ -387,8 +384,8 @@ impl Target {
         if ll {
             flags |= FLAG_LL;
         }
-        let bases = &self.direct_bases;
-        let mut a = GcDirectArgs {
+        let bases = &self.oneshot_bases;
+        let mut a = GcOneShotArgs {
             input: input.addr,
             output: output.addr,
             count: task.count,
@@ -401,34 +398,34 @@ impl Target {
             // kernels), so captured graphs replay with fresh epochs.
             ctl: bases[self.rank],
             meta: (seq << 32) | (bytes & 0xffff_ffff),
-            parity_bytes: l.direct_parity_bytes(),
-            ll_off: DIRECT_MAX_BYTES,
+            parity_bytes: l.oneshot_parity_bytes(),
+            ll_off: ONESHOT_MAX_BYTES,
             nranks: self.nranks as u32,
             rank: self.rank as u32,
             op: op_code(red.combine, dtype),
             flags,
-            ..GcDirectArgs::default()
+            ..GcOneShotArgs::default()
         };
         for p in 0..self.nranks {
             let pu = p as u64;
-            a.put_data[p] = bases[p] + l.direct_inbox(me);
-            a.put_flag[p] = bases[p] + l.direct_flags(me);
-            a.get_data[p] = bases[self.rank] + l.direct_inbox(pu);
-            a.get_flag[p] = bases[self.rank] + l.direct_flags(pu);
+            a.put_data[p] = bases[p] + l.oneshot_inbox(me);
+            a.put_flag[p] = bases[p] + l.oneshot_flags(me);
+            a.get_data[p] = bases[self.rank] + l.oneshot_inbox(pu);
+            a.get_flag[p] = bases[self.rank] + l.oneshot_flags(pu);
         }
         let per_block = if ll {
-            DIRECT_LL_BLOCK_BYTES
+            ONESHOT_LL_BLOCK_BYTES
         } else {
-            DIRECT_BLOCK_BYTES
+            ONESHOT_BLOCK_BYTES
         };
         let grid = bytes
             .div_ceil(per_block)
-            .clamp(1, DIRECT_MAX_BLOCKS.min(l.channels)) as u32;
-        Ok(Item::Direct {
+            .clamp(1, ONESHOT_MAX_BLOCKS.min(l.channels)) as u32;
+        Ok(Item::OneShot {
             args: Box::new(a),
             dtype: kernel_dtype(dtype),
             grid,
-            threads: direct_threads(ll, bytes, grid),
+            threads: oneshot_threads(ll, bytes, grid),
         })
     }
 
@@ -728,7 +725,7 @@ pub(super) fn group_parts(chans: &[GcChan], items: &[Item]) -> Result<Vec<GroupP
     let mut parts: Vec<GroupPart> = Vec::new();
     for dt in items.iter().filter_map(|i| match i {
         Item::Steps { dtype, .. } => Some(*dtype),
-        Item::Direct { .. } | Item::Copy(_) | Item::Local { .. } | Item::Peer(_) => None,
+        Item::OneShot { .. } | Item::Copy(_) | Item::Local { .. } | Item::Peer(_) => None,
     }) {
         if parts.iter().any(|p| p.dtype == dt) {
             continue;

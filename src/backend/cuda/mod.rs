@@ -19,7 +19,7 @@
 //! | `bringup.rs` | `CudaBackend::new`: the collective bring-up stages |
 //! | `caps.rs` | `BackendCaps` and link costs offered to the tuner |
 //! | `layout.rs` | connector memory layout, channel/slot sizing, connector tables |
-//! | `state.rs` | `Inner`, what a backend owns, its failure state (the shared `Failure` over the node's segments) and its teardown |
+//! | `state.rs` | `CudaShared`, what a backend owns, its failure state (the shared `Failure` over the node's segments) and its teardown |
 //! | `submit.rs` | one submission: lower, upload, launch, order |
 //! | `staging.rs` | host buffers staged through device memory |
 //! | `lower.rs` | plan lowering to `GcStep`/`GcChan`/`GcArgs` (pure; CPU tests); the one-shot decision |
@@ -39,14 +39,14 @@
 //! | `net.rs` | NET connectors: layout and the proxy's state machine (`net/thread.rs`: the proxy thread and NET block) |
 //! | `stream.rs` | [`CudaStream`], [`CudaGraph`] |
 //! | `abi.rs` | the structs and constants shared with `kernels/coll.cu` |
-//! | `ce/` | copy-engine collectives: the schedule of copies, the flags and the per-call board in the control segments, the registration caches, the stream sequence |
+//! | `peer_mem/` | peer memory: allocation export/import (IPC handles, VMM descriptors), peer kernels on registered buffers, copy-engine collectives: the schedule of copies, the flags and the per-call board in the control segments, the registration caches, the stream sequence |
 //!
 //! With P2P and 2..=8 ranks on one node the backend also offers the direct
 //! path (`BackendCaps::direct`): all_reduce up to
-//! `tune::model::DIRECT_ONESHOT_MAX_BYTES` runs as a one-shot
-//! kernel over IPC-mapped inboxes (`gc_direct_ar_*`), and all_gather,
+//! `tune::model::ONESHOT_MAX_BYTES` runs as a one-shot
+//! kernel over IPC-mapped inboxes (`gc_oneshot_*`), and all_gather,
 //! all_to_all, broadcast, gather and scatter may run on the copy engines
-//! (`ce/`, `GPUCOLL_CE`): no kernel at all.
+//! (`peer_mem/`, `GPUCOLL_CE`): no kernel at all.
 //!
 //! Multi-node communicators (real nodes, or `GPUCOLL_SIM_NODES`): peers on
 //! the rank's own node use P2P or SHM as above; peers on other nodes use
@@ -62,7 +62,6 @@ mod backend;
 mod bringup;
 mod cache;
 mod caps;
-mod ce;
 pub(crate) mod driver;
 mod guard;
 mod handles;
@@ -73,6 +72,7 @@ mod memory;
 mod module;
 mod net;
 mod order;
+mod peer_mem;
 mod pending;
 mod profile;
 mod resident;

@@ -14,7 +14,7 @@ static FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gpucoll_kernels
 pub(super) struct Kernels {
     /// Step interpreter (`gc_run_*`).
     pub steps: [CUfunction; 10],
-    /// One-shot all_reduce kernels (`gc_direct_ar_*`).
+    /// One-shot all_reduce kernels (`gc_oneshot_*`).
     pub direct: [CUfunction; 10],
     /// Collectives on registered buffers (`gc_peer_*`).
     pub peer: [CUfunction; 10],
@@ -55,7 +55,7 @@ impl Kernels {
             let k = kernel_dtype(d).rust_name();
             for (name, table) in [
                 (format!("gc_run_{k}"), &mut steps),
-                (format!("gc_direct_ar_{k}"), &mut direct),
+                (format!("gc_oneshot_{k}"), &mut direct),
                 (format!("gc_peer_{k}"), &mut peer),
             ] {
                 let name = std::ffi::CString::new(name)

@@ -9,7 +9,7 @@ use super::handles::Event;
 use super::memory::bind;
 use super::net;
 use super::shm;
-use super::state::Inner;
+use super::state::CudaShared;
 use crate::backend::PendingWork;
 use crate::error::{Error, Result};
 use std::sync::Arc;
@@ -27,7 +27,7 @@ const WAIT_YIELD: Duration = Duration::from_millis(2);
 /// at most this often (the completion query itself runs on every poll).
 const CHECK_EVERY: Duration = Duration::from_micros(100);
 
-impl Inner {
+impl CudaShared {
     fn status_word(&self, c: usize, off: usize) -> u64 {
         self.own()
             .read_u64(shm::STATUS_OFF + c * std::mem::size_of::<GcChanStatus>() + off)
@@ -42,7 +42,7 @@ impl Inner {
 
 /// One submission in flight.
 pub(super) struct CudaPending {
-    pub inner: Arc<Inner>,
+    pub inner: Arc<CudaShared>,
     /// Recorded after the last kernel; None for a blocking submission,
     /// which waits for the whole stream instead.
     pub event: Option<Event>,
@@ -85,7 +85,7 @@ unsafe impl Send for CudaPending {}
 impl CudaPending {
     /// Work of collective `seq` about to be queued; `event` marks its end.
     pub(super) fn new(
-        inner: Arc<Inner>,
+        inner: Arc<CudaShared>,
         event: Option<Event>,
         seq: u64,
         stream: usize,

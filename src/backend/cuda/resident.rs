@@ -15,7 +15,7 @@
 //! many calls the last generation took.
 
 use super::abi::{
-    resident_dtype, GcDirectArgs, GcResidentArgs, GcResidentBox, RESIDENT_ARGS_OFF, RESIDENT_LINES,
+    resident_dtype, GcOneShotArgs, GcResidentArgs, GcResidentBox, RESIDENT_ARGS_OFF, RESIDENT_LINES,
 };
 use super::driver::{self, CUstream};
 use super::handles::Stream;
@@ -180,7 +180,7 @@ impl Resident {
     /// call completed.
     pub(super) unsafe fn post(
         &self,
-        args: &GcDirectArgs,
+        args: &GcOneShotArgs,
         dtype: Datatype,
         grid: u32,
         l: &Launcher,
@@ -191,10 +191,10 @@ impl Resident {
         }
         st.posted += 1;
         let n = st.posted;
-        // SAFETY: GcDirectArgs is plain data of RESIDENT_LINES - 1 aligned
+        // SAFETY: GcOneShotArgs is plain data of RESIDENT_LINES - 1 aligned
         // words (asserted in abi.rs).
         let words: [u64; RESIDENT_LINES as usize - 1] =
-            unsafe { std::mem::transmute::<GcDirectArgs, _>(*args) };
+            unsafe { std::mem::transmute::<GcOneShotArgs, _>(*args) };
         let last = resident_dtype(dtype) as u64 | (grid as u64) << 32;
         // Each line holds 4 bytes of the call's word, the call number's low
         // 32 bits, the word's other 4 bytes and the number again: a line
@@ -227,7 +227,7 @@ impl Resident {
         order.before(s, l.own)?;
         // SAFETY: the mailbox lives as long as the backend, which asks the
         // block to leave and waits for it before it is freed (`quit`,
-        // `Inner`'s drop); posted calls meet `post`'s contract.
+        // `CudaShared`'s drop); posted calls meet `post`'s contract.
         unsafe { launch::resident(l.kernels, args, s)? };
         // Later work on any other stream waits for this generation's end.
         order.after(s)?;

@@ -6,11 +6,11 @@ use super::cache::Resources;
 use super::driver;
 use super::lower::Mem;
 use super::memory::DevMem;
-use super::state::Inner;
+use super::state::CudaShared;
 use crate::buffer::{MemoryKind, RawBuffer};
 use crate::error::{Error, Result};
 
-impl Inner {
+impl CudaShared {
     fn check_kind(&self, b: &RawBuffer, what: &str, seq: u64) -> Result<()> {
         match b.memory {
             MemoryKind::Device { ordinal } if ordinal != self.ctx.ordinal && b.len > 0 => {

@@ -1,16 +1,16 @@
-//! [`Inner`]: what one communicator's backend owns on the device and in
+//! [`CudaShared`]: what one communicator's backend owns on the device and in
 //! shared memory, shared by the backend and its work in flight, and its
 //! teardown.
 
 use super::cache::Resources;
 use super::cache::StepStore;
-use super::ce::CopyEngines;
 use super::handles::{EventPool, IpcMapping, Stream};
-use super::lower::Target;
+use super::lower::DeviceTargets;
 use super::memory::{bind, DevMem, DeviceCtx, LiveOnDevice};
 use super::module::Kernels;
 use super::net::NetProxy;
 use super::order::Order;
+use super::peer_mem::CopyEngines;
 use super::profile::HostProfile;
 use super::resident::{Launcher, Resident};
 use super::shm::Segment;
@@ -21,11 +21,14 @@ use crate::mpi::MpiComm;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Fields release in declaration order after [`Inner::drop`]'s body: the
+/// One communicator's CUDA backend state, shared behind an `Arc` by the
+/// backend handle and its threads.
+///
+/// Fields release in declaration order after [`CudaShared::drop`]'s body: the
 /// copy engines' peer mappings and lanes, the context, peer
 /// IPC mappings, our stream, the module, the NET proxy, the control
 /// segments, our P2P block, the connector tables.
-pub(super) struct Inner {
+pub(super) struct CudaShared {
     pub rank: usize,
     pub nranks: usize,
     /// Copy-engine collectives: registration caches, lanes, call count
@@ -35,7 +38,7 @@ pub(super) struct Inner {
     pub live: LiveOnDevice,
     pub ctx: DeviceCtx,
     /// Layout and the device addresses the lowered tables point at.
-    pub target: Target,
+    pub target: DeviceTargets,
     pub timeout: Duration,
     /// Peers' P2P blocks opened through IPC.
     pub _peer_blocks: Vec<IpcMapping>,
@@ -79,11 +82,11 @@ pub(super) struct Inner {
 // SAFETY: the raw CUDA handles (functions in `kernels`, the context) are
 // usable from any thread once the context is bound (every entry point
 // binds it); the mutable state is behind atomics and mutexes.
-unsafe impl Send for Inner {}
+unsafe impl Send for CudaShared {}
 // SAFETY: as above.
-unsafe impl Sync for Inner {}
+unsafe impl Sync for CudaShared {}
 
-impl Inner {
+impl CudaShared {
     /// What the resident block needs to launch a generation.
     pub(super) fn launcher(&self) -> Launcher<'_> {
         Launcher {
@@ -139,7 +142,7 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 /// before it leaks its P2P block instead of freeing it under them.
 const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
-impl Drop for Inner {
+impl Drop for CudaShared {
     fn drop(&mut self) {
         if bind(self.ctx.ordinal).is_err() {
             // No usable context: skip the barrier; the fields release what

@@ -14,14 +14,14 @@ use super::memory::{bind, DevMem};
 use super::order::{stream_mode, Order};
 use super::pending::CudaPending;
 use super::profile::Phase;
-use super::state::Inner;
+use super::state::CudaShared;
 use crate::backend::Launch;
 use crate::buffer::MemoryKind;
 use crate::error::{Error, Result};
 use crate::tune::Algorithm;
 use std::sync::Arc;
 
-impl Inner {
+impl CudaShared {
     /// The order of submissions across streams.
     fn order(&self) -> std::sync::MutexGuard<'_, Order> {
         self.order.lock().unwrap_or_else(|p| p.into_inner())
@@ -201,7 +201,7 @@ impl Inner {
                     // by the backend).
                     unsafe { launch::steps(&self.kernels, dtype, nchans as u32, args, stream)? };
                 }
-                Item::Direct {
+                Item::OneShot {
                     mut args,
                     dtype,
                     grid,
@@ -212,7 +212,7 @@ impl Inner {
                         tag = Some((args.meta >> 32) + 1);
                     }
                     // SAFETY: the buffers stay valid until the event below
-                    // completed, the direct areas for the backend's life.
+                    // completed, the one-shot areas for the backend's life.
                     unsafe {
                         launch::direct(&self.kernels, dtype, grid, threads, &mut args, stream)?
                     };
@@ -282,7 +282,7 @@ impl Inner {
         };
         let plain = lowered.steps.is_empty() && lowered.rail_jobs.is_empty();
         let (args, dtype, grid) = match lowered.items.as_mut_slice() {
-            [Item::Direct {
+            [Item::OneShot {
                 args, dtype, grid, ..
             }] if plain => (args, *dtype, *grid),
             _ => return Ok(None),
@@ -295,7 +295,7 @@ impl Inner {
         let mut pending = CudaPending::new(self.clone(), None, first_seq, r.stream() as usize);
         pending.res = Some(std::mem::take(res));
         // SAFETY: the call's buffers stay valid until it completed
-        // (`submit`'s contract); the direct areas live as long as the backend.
+        // (`submit`'s contract); the one-shot areas live as long as the backend.
         let n = unsafe { r.post(args, dtype, grid, &self.launcher())? };
         pending.done_tag = Some(tag);
         pending.resident = Some(n);

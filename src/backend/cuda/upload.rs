@@ -7,12 +7,12 @@ use super::cache::Resources;
 use super::cache::{CachedSteps, STEP_CACHE_MAX_BYTES};
 use super::driver::{self, CUstream};
 use super::lower::{group_parts, Item, Lowered};
-use super::state::Inner;
+use super::state::CudaShared;
 use crate::datatype::Datatype;
 use crate::error::Result;
 use std::sync::Arc;
 
-impl Inner {
+impl CudaShared {
     /// Upload the tables of a group launch in one work buffer held by
     /// `res`: the steps, then per datatype (in order of first appearance)
     /// the per-block descriptors, the entries and the calls' arguments. One

@@ -61,7 +61,7 @@ pub const MAX_CHANNELS: usize = 4;
 pub const DEFAULT_SLOT_BYTES: usize = 128 << 10;
 
 /// State shared by the backend handle, its worker and channel threads.
-struct Inner {
+struct HostShared {
     rank: usize,
     nranks: usize,
     local_rank: usize,
@@ -90,7 +90,7 @@ struct Inner {
     running_last: AtomicU64,
 }
 
-impl Inner {
+impl HostShared {
     fn own(&self) -> &Segment {
         &self.segs[self.local_rank]
     }
@@ -142,7 +142,7 @@ impl Inner {
     }
 }
 
-impl Fabric for Inner {
+impl Fabric for HostShared {
     fn rank(&self) -> usize {
         self.rank
     }
@@ -222,7 +222,7 @@ impl Fabric for Inner {
 
 /// The host backend of one communicator.
 pub struct HostBackend {
-    inner: Arc<Inner>,
+    inner: Arc<HostShared>,
     caps: BackendCaps,
     worker: Option<Worker>,
 }
@@ -388,7 +388,7 @@ impl HostBackend {
             .filter(|&r| r != rank && word(r, 4) == host)
             .map(|r| (r, pids[r]))
             .collect();
-        let inner = Arc::new(Inner {
+        let inner = Arc::new(HostShared {
             rank,
             nranks,
             local_rank,
@@ -407,7 +407,7 @@ impl HostBackend {
         });
         let caps = BackendCaps {
             protocols: vec![Protocol::Simple],
-            direct_protocols: vec![Protocol::Simple],
+            oneshot_protocols: vec![Protocol::Simple],
             max_channels: layout.channels,
             slot_bytes: slot_bytes as u64,
             fifo_slots: FIFO_SLOTS as u64,
@@ -521,7 +521,7 @@ impl Drop for HostBackend {
     }
 }
 
-impl Drop for Inner {
+impl Drop for HostShared {
     fn drop(&mut self) {
         // A failed communicator's inter-node traffic may still be arriving:
         // its MPI communicators are abandoned, not freed (see `abandon`).

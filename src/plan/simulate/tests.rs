@@ -20,7 +20,7 @@ const GEOMS: [(usize, u64, u64, u64); 3] = [
 fn caps(slot: u64, slots: u64) -> BackendCaps {
     BackendCaps {
         protocols: vec![Protocol::Simple],
-        direct_protocols: vec![Protocol::Simple],
+        oneshot_protocols: vec![Protocol::Simple],
         max_channels: 8,
         slot_bytes: slot,
         fifo_slots: slots,
@@ -139,7 +139,12 @@ fn run<T: Elem>(c: &Case, dtype: Datatype) -> Result<(), String> {
                     let at = r * c.count as usize;
                     buf[at..at + ilen].copy_from_slice(&input);
                 }
-                _ => buf[..ilen].copy_from_slice(&input),
+                CollKind::AllReduce
+                | CollKind::Reduce
+                | CollKind::Broadcast
+                | CollKind::ReduceScatter
+                | CollKind::AllToAll
+                | CollKind::Scatter => buf[..ilen].copy_from_slice(&input),
             }
             RankMem {
                 input: Vec::new(),
@@ -287,7 +292,7 @@ fn all_reduce_tree() {
 
 #[test]
 fn all_reduce_direct() {
-    sweep(CollKind::AllReduce, &[Algorithm::Direct]);
+    sweep(CollKind::AllReduce, &[Algorithm::Pairwise]);
 }
 
 #[test]
@@ -359,17 +364,17 @@ fn reduce_scatter() {
 
 #[test]
 fn all_to_all() {
-    sweep(CollKind::AllToAll, &[Algorithm::Direct]);
+    sweep(CollKind::AllToAll, &[Algorithm::Pairwise]);
 }
 
 #[test]
 fn gather() {
-    sweep(CollKind::Gather, &[Algorithm::Direct]);
+    sweep(CollKind::Gather, &[Algorithm::Pairwise]);
 }
 
 #[test]
 fn scatter() {
-    sweep(CollKind::Scatter, &[Algorithm::Direct]);
+    sweep(CollKind::Scatter, &[Algorithm::Pairwise]);
 }
 
 #[test]
@@ -398,7 +403,7 @@ fn mismatched_algorithm_falls_back() {
     );
     assert_eq!(
         build(&t(CollKind::Gather), &topo, &g, &choice, &c).algorithm,
-        Algorithm::Direct
+        Algorithm::Pairwise
     );
     let p = build(&t(CollKind::Broadcast), &topo, &g, &choice, &c);
     assert_eq!(p.chunk_elems, 64);

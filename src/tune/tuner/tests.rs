@@ -8,7 +8,7 @@ use crate::tune::caps::LinkCost;
 fn caps(direct: bool) -> BackendCaps {
     BackendCaps {
         protocols: vec![Protocol::Simple, Protocol::LL],
-        direct_protocols: vec![Protocol::Simple, Protocol::LL],
+        oneshot_protocols: vec![Protocol::Simple, Protocol::LL],
         max_channels: 8,
         slot_bytes: 1 << 16,
         fifo_slots: 8,
@@ -117,23 +117,26 @@ fn deterministic_and_valid() {
                         k if k != CollKind::AllReduce && ch.algorithm == Algorithm::OneShot => {
                             // Segments of n elements in the inboxes.
                             assert!(direct && topo.nnodes() == 1);
-                            assert!(n * 4 <= model::DIRECT_ONESHOT_MAX_BYTES);
+                            assert!(n * 4 <= model::ONESHOT_MAX_BYTES);
                         }
                         CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => {
-                            assert_eq!(ch.algorithm, Algorithm::Direct)
+                            assert_eq!(ch.algorithm, Algorithm::Pairwise)
                         }
                         CollKind::AllReduce => {
                             if ch.algorithm == Algorithm::Tree {
                                 assert!(topo.nnodes() > 1);
                             }
-                            if matches!(ch.algorithm, Algorithm::Direct | Algorithm::OneShot) {
+                            if matches!(ch.algorithm, Algorithm::Pairwise | Algorithm::OneShot) {
                                 assert!(direct && topo.nnodes() == 1);
                             }
                             if ch.algorithm == Algorithm::OneShot {
-                                assert!(n * 4 <= model::DIRECT_ONESHOT_MAX_BYTES);
+                                assert!(n * 4 <= model::ONESHOT_MAX_BYTES);
                             }
                         }
-                        _ => assert_eq!(ch.algorithm, Algorithm::Ring),
+                        CollKind::Reduce
+                        | CollKind::Broadcast
+                        | CollKind::AllGather
+                        | CollKind::ReduceScatter => assert_eq!(ch.algorithm, Algorithm::Ring),
                     }
                 }
             }
@@ -229,7 +232,7 @@ fn small_messages_one_channel_large_many() {
 }
 
 #[test]
-fn direct_protocols_apply_to_the_one_shot_only() {
+fn oneshot_protocols_apply_to_the_oneshot_only() {
     // A GPU-like backend: step plans speak Simple only, the one-shot
     // speaks LL too.
     let topo = Topology::single_node(0, 2);
@@ -244,11 +247,11 @@ fn direct_protocols_apply_to_the_one_shot_only() {
     // In a group the same call runs the direct step plan.
     assert_eq!(
         t.choose_in(&task(CollKind::AllReduce, 2), true).algorithm,
-        Algorithm::Direct
+        Algorithm::Pairwise
     );
     let beyond_ll = t.choose(&task(
         CollKind::AllReduce,
-        (model::DIRECT_LL_MAX_BYTES / 4) * 2,
+        (model::ONESHOT_LL_MAX_BYTES / 4) * 2,
     ));
     assert_ne!(beyond_ll.protocol, Protocol::LL);
     for kind in CollKind::ALL {
@@ -256,7 +259,7 @@ fn direct_protocols_apply_to_the_one_shot_only() {
             let ch = t.choose(&task(kind, n));
             if ch.protocol == Protocol::LL {
                 assert_eq!(ch.algorithm, Algorithm::OneShot, "{kind:?}");
-                assert!(n * 4 <= model::DIRECT_LL_MAX_BYTES);
+                assert!(n * 4 <= model::ONESHOT_LL_MAX_BYTES);
             }
         }
     }
@@ -274,12 +277,12 @@ fn direct_protocols_apply_to_the_one_shot_only() {
     assert_eq!(big.protocol, Protocol::Simple);
     // Forced direct and LL beyond the LL one-shot: the Simple one-shot.
     let cfg = Config {
-        algo: Some(Algorithm::Direct),
+        algo: Some(Algorithm::Pairwise),
         proto: Some(Protocol::LL),
         ..Config::default()
     };
     let t = Tuner::new(&topo, &c, &cfg);
-    let c2 = t.choose(&task(CollKind::AllReduce, model::DIRECT_LL_MAX_BYTES / 2));
+    let c2 = t.choose(&task(CollKind::AllReduce, model::ONESHOT_LL_MAX_BYTES / 2));
     assert_eq!(
         (c2.algorithm, c2.protocol),
         (Algorithm::OneShot, Protocol::Simple)
@@ -290,13 +293,10 @@ fn direct_protocols_apply_to_the_one_shot_only() {
         (Algorithm::OneShot, Protocol::LL)
     );
     // Beyond the one-shot's inboxes, forced direct is the pairwise plan.
-    let c3 = t.choose(&task(
-        CollKind::AllReduce,
-        model::DIRECT_ONESHOT_MAX_BYTES / 4 * 2,
-    ));
+    let c3 = t.choose(&task(CollKind::AllReduce, model::ONESHOT_MAX_BYTES / 4 * 2));
     assert_eq!(
         (c3.algorithm, c3.protocol),
-        (Algorithm::Direct, Protocol::Simple)
+        (Algorithm::Pairwise, Protocol::Simple)
     );
     // all_gather has no pairwise plan (direct is ignored for it), but its
     // one-shot speaks LL; beyond the LL inboxes the ring runs Simple.
@@ -338,7 +338,7 @@ fn overrides_honoured_or_ignored() {
     );
     // Unavailable protocol and too many channels.
     let cfg = Config {
-        algo: Some(Algorithm::Direct),
+        algo: Some(Algorithm::Pairwise),
         proto: Some(Protocol::LL128),
         nchannels: Some(1000),
         ..Config::default()
@@ -354,7 +354,7 @@ fn overrides_honoured_or_ignored() {
     assert_eq!(c.nchannels, 8);
     assert_eq!(
         t.choose(&task(CollKind::Gather, 10)).algorithm,
-        Algorithm::Direct
+        Algorithm::Pairwise
     );
     // Direct available: `direct` is the one-shot where it fits.
     let t = Tuner::new(&topo, &caps(true), &cfg);
@@ -417,7 +417,7 @@ fn net_choices_follow_the_measured_crossover() {
     let bridge = crate::tune::caps::links::CUDA_NET_BRIDGE_US;
     let cuda_net = BackendCaps {
         protocols: vec![Protocol::Simple],
-        direct_protocols: Vec::new(),
+        oneshot_protocols: Vec::new(),
         max_channels: 4,
         slot_bytes: 128 << 10,
         fifo_slots: 8,

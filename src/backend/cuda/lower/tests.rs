@@ -14,8 +14,8 @@ fn layout(nranks: u64, direct: bool) -> Layout {
     }
 }
 
-fn target(rank: usize, nranks: usize, direct: bool) -> Target {
-    Target {
+fn target(rank: usize, nranks: usize, direct: bool) -> DeviceTargets {
+    DeviceTargets {
         rank,
         nranks,
         layout: layout(nranks as u64, direct),
@@ -23,7 +23,7 @@ fn target(rank: usize, nranks: usize, direct: bool) -> Target {
         recv_conns: 0x2000,
         abort_word: 0x3000,
         status: 0x3400,
-        direct_bases: if direct {
+        oneshot_bases: if direct {
             (0..nranks as u64).map(|r| (r + 1) << 40).collect()
         } else {
             Vec::new()
@@ -68,7 +68,7 @@ fn planned(kind: CollKind, algorithm: Algorithm, count: u64, rank: usize, nranks
     };
     let caps = BackendCaps {
         protocols: vec![Protocol::Simple],
-        direct_protocols: vec![Protocol::Simple],
+        oneshot_protocols: vec![Protocol::Simple],
         max_channels: 4,
         slot_bytes: 64 << 10,
         fifo_slots: 8,
@@ -148,7 +148,7 @@ fn the_oneshot_decision_depends_on_the_plan_alone() {
         runs_as_oneshot(&small, false, false, 1).is_err(),
         "no inboxes"
     );
-    let pairwise = plan(CollKind::AllReduce, Algorithm::Direct, 1024, Vec::new());
+    let pairwise = plan(CollKind::AllReduce, Algorithm::Pairwise, 1024, Vec::new());
     assert!(!runs_as_oneshot(&pairwise, false, true, 1).unwrap());
     let ring = plan(CollKind::AllReduce, Algorithm::Ring, 1024, Vec::new());
     assert!(!runs_as_oneshot(&ring, false, true, 1).unwrap());
@@ -157,11 +157,11 @@ fn the_oneshot_decision_depends_on_the_plan_alone() {
     let big = plan(
         CollKind::AllReduce,
         Algorithm::OneShot,
-        DIRECT_MAX_BYTES / 4 + 1,
+        ONESHOT_MAX_BYTES / 4 + 1,
         Vec::new(),
     );
     assert!(runs_as_oneshot(&big, false, true, 1).is_err());
-    let a2a = plan(CollKind::AllToAll, Algorithm::Direct, 1024, Vec::new());
+    let a2a = plan(CollKind::AllToAll, Algorithm::Pairwise, 1024, Vec::new());
     assert!(!runs_as_oneshot(&a2a, false, true, 1).unwrap());
     assert!(target(0, 2, true).direct_path());
     assert!(!target(0, 2, false).direct_path());
@@ -170,17 +170,17 @@ fn the_oneshot_decision_depends_on_the_plan_alone() {
 #[test]
 fn small_one_block_launches_get_fewer_threads() {
     // LL: one 8-byte unit per thread, at least 64 threads.
-    assert_eq!(direct_threads(true, 8, 1), 64);
-    assert_eq!(direct_threads(true, 1000, 1), 128);
-    assert_eq!(direct_threads(true, 4096, 1), THREADS);
+    assert_eq!(oneshot_threads(true, 8, 1), 64);
+    assert_eq!(oneshot_threads(true, 1000, 1), 128);
+    assert_eq!(oneshot_threads(true, 4096, 1), THREADS);
     // Simple: 64 threads up to 4 KiB.
-    assert_eq!(direct_threads(false, 4096, 1), 64);
-    assert_eq!(direct_threads(false, 4097, 1), THREADS);
+    assert_eq!(oneshot_threads(false, 4096, 1), 64);
+    assert_eq!(oneshot_threads(false, 4097, 1), THREADS);
     // Several blocks: always full ones.
-    assert_eq!(direct_threads(true, 8192, 2), THREADS);
+    assert_eq!(oneshot_threads(true, 8192, 2), THREADS);
     for bytes in [0, 1, 7, 8, 9, 255, 2049, 1 << 20] {
         for ll in [true, false] {
-            let n = direct_threads(ll, bytes, 1);
+            let n = oneshot_threads(ll, bytes, 1);
             assert!((64..=THREADS).contains(&n) && n % 32 == 0);
             if ll {
                 assert!(u64::from(n) * 8 >= bytes.min(THREADS as u64 * 8));
@@ -193,7 +193,7 @@ fn small_one_block_launches_get_fewer_threads() {
 fn oneshot_arguments_address_every_inbox() {
     let t = target(1, 4, true);
     let p = plan(CollKind::AllReduce, Algorithm::OneShot, 1 << 16, Vec::new());
-    let Item::Direct {
+    let Item::OneShot {
         args,
         dtype,
         grid,
@@ -212,17 +212,17 @@ fn oneshot_arguments_address_every_inbox() {
     );
     assert_eq!((args.rank, args.nranks), (1, 4));
     assert_eq!(args.meta, (7 << 32) | (1 << 18));
-    assert_eq!(args.ctl, t.direct_bases[1]);
+    assert_eq!(args.ctl, t.oneshot_bases[1]);
     let l = t.layout;
     for p in 0..4 {
         // We write our slot in every peer's area and read every peer's
         // slot in ours.
-        assert_eq!(args.put_data[p], t.direct_bases[p] + l.direct_inbox(1));
+        assert_eq!(args.put_data[p], t.oneshot_bases[p] + l.oneshot_inbox(1));
         assert_eq!(
             args.get_data[p],
-            t.direct_bases[1] + l.direct_inbox(p as u64)
+            t.oneshot_bases[1] + l.oneshot_inbox(p as u64)
         );
-        assert_eq!(args.put_flag[p], t.direct_bases[p] + l.direct_flags(1));
+        assert_eq!(args.put_flag[p], t.oneshot_bases[p] + l.oneshot_flags(1));
     }
     assert_eq!(args.flags & FLAG_LL, 0);
 }
@@ -237,12 +237,12 @@ fn oneshot_rejects_short_buffers_and_oversized_ll() {
     };
     assert!(matches!(
         t.oneshot(&p, short, OUT, 1),
-        Err(Error::Backend(m)) if m.contains("direct all_reduce of 1024")
+        Err(Error::Backend(m)) if m.contains("one-shot all_reduce of 1024")
     ));
     let mut ll = plan(
         CollKind::AllReduce,
         Algorithm::OneShot,
-        DIRECT_LL_MAX_BYTES / 4 + 16,
+        ONESHOT_LL_MAX_BYTES / 4 + 16,
         Vec::new(),
     );
     ll.protocol = Protocol::LL;
@@ -312,7 +312,7 @@ fn leading_local_steps_get_a_block_outside_groups() {
         channel: 1,
         steps: vec![local_copy(0, 0, 100), send_to(1, 100, 50)],
     }];
-    let p = plan(CollKind::AllToAll, Algorithm::Direct, 150, channels);
+    let p = plan(CollKind::AllToAll, Algorithm::Pairwise, 150, channels);
     let mut out = Lowered::default();
     t.lower_steps(&p, [IN, OUT, Mem::default()], 9, false, &mut out)
         .unwrap();
@@ -486,7 +486,7 @@ fn signed_integers_run_on_unsigned_kernels_with_the_signed_bit() {
     let t = target(0, 2, true);
     let mut p = plan(CollKind::AllReduce, Algorithm::OneShot, 1 << 10, Vec::new());
     p.task.dtype = Datatype::I64;
-    let Item::Direct { args, dtype, .. } = t.oneshot(&p, IN, OUT, 1).unwrap() else {
+    let Item::OneShot { args, dtype, .. } = t.oneshot(&p, IN, OUT, 1).unwrap() else {
         panic!("not a one-shot item");
     };
     assert_eq!(dtype, Datatype::U64);
@@ -507,19 +507,19 @@ fn oneshot_of_the_other_collectives_sizes_its_segments() {
     };
     // (kind, input segments, output segments, code)
     for (kind, ins, outs, code) in [
-        (CollKind::AllGather, 1, 4, DIRECT_ALL_GATHER),
-        (CollKind::ReduceScatter, 4, 1, DIRECT_REDUCE_SCATTER),
-        (CollKind::AllToAll, 4, 4, DIRECT_ALL_TO_ALL),
+        (CollKind::AllGather, 1, 4, ONESHOT_ALL_GATHER),
+        (CollKind::ReduceScatter, 4, 1, ONESHOT_REDUCE_SCATTER),
+        (CollKind::AllToAll, 4, 4, ONESHOT_ALL_TO_ALL),
     ] {
         let p = plan(kind, Algorithm::OneShot, count, Vec::new());
         assert!(runs_as_oneshot(&p, false, true, 1).unwrap(), "{kind:?}");
-        let Item::Direct { args, .. } = t
+        let Item::OneShot { args, .. } = t
             .oneshot(&p, buf(count * ins), out(count * outs), 3)
             .unwrap()
         else {
             panic!("not a one-shot item");
         };
-        assert_eq!(args.flags >> DIRECT_KIND_SHIFT, code);
+        assert_eq!(args.flags >> ONESHOT_KIND_SHIFT, code);
         // The meta and the inbox limits are per segment.
         assert_eq!(args.count, count);
         assert_eq!(args.meta, (3 << 32) | (count * 4));
@@ -532,16 +532,16 @@ fn oneshot_of_the_other_collectives_sizes_its_segments() {
         let big = plan(
             kind,
             Algorithm::OneShot,
-            DIRECT_MAX_BYTES / 4 + 1,
+            ONESHOT_MAX_BYTES / 4 + 1,
             Vec::new(),
         );
         assert!(runs_as_oneshot(&big, false, true, 1).is_err());
     }
     let ar = plan(CollKind::AllReduce, Algorithm::OneShot, count, Vec::new());
-    let Item::Direct { args, .. } = t.oneshot(&ar, IN, OUT, 3).unwrap() else {
+    let Item::OneShot { args, .. } = t.oneshot(&ar, IN, OUT, 3).unwrap() else {
         panic!("not a one-shot item");
     };
-    assert_eq!(args.flags >> DIRECT_KIND_SHIFT, DIRECT_ALL_REDUCE);
+    assert_eq!(args.flags >> ONESHOT_KIND_SHIFT, ONESHOT_ALL_REDUCE);
     // The rooted collectives: rank 1 as the root and not; a buffer the
     // rank does not use may be absent.
     let none = Mem::default();
@@ -557,7 +557,11 @@ fn oneshot_of_the_other_collectives_sizes_its_segments() {
                 CollKind::Broadcast => (u64::from(me), 1),
                 CollKind::Reduce => (1, u64::from(me)),
                 CollKind::Gather => (1, if me { 4 } else { 0 }),
-                _ => (if me { 4 } else { 0 }, 1),
+                CollKind::Scatter => (if me { 4 } else { 0 }, 1),
+                CollKind::AllReduce
+                | CollKind::AllGather
+                | CollKind::ReduceScatter
+                | CollKind::AllToAll => unreachable!("not rooted"),
             };
             let mut p = plan(kind, Algorithm::OneShot, count, Vec::new());
             p.task.root = root;
@@ -573,15 +577,12 @@ fn oneshot_of_the_other_collectives_sizes_its_segments() {
                     elems: e,
                 }),
             );
-            let Item::Direct { args, .. } = t.oneshot(&p, bufs.0, bufs.1, 3).unwrap() else {
+            let Item::OneShot { args, .. } = t.oneshot(&p, bufs.0, bufs.1, 3).unwrap() else {
                 panic!("not a one-shot item");
             };
+            assert_eq!((args.flags >> ONESHOT_KIND_SHIFT) & 15, oneshot_kind(kind));
             assert_eq!(
-                (args.flags >> DIRECT_KIND_SHIFT) & 15,
-                direct_kind(kind).unwrap()
-            );
-            assert_eq!(
-                (args.flags >> DIRECT_ROOT_SHIFT) & 15,
+                (args.flags >> ONESHOT_ROOT_SHIFT) & 15,
                 root as u32,
                 "{kind:?}"
             );

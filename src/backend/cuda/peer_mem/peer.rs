@@ -30,20 +30,20 @@
 //! on host flags, released by the host when a call fails or times out.
 
 use super::super::abi::{
-    kernel_dtype, GcPeerArgs, DIRECT_KIND_SHIFT, DIRECT_RANKS, DIRECT_ROOT_SHIFT, FLAG_POST_OP,
-    FLAG_PRE_OP,
+    kernel_dtype, GcPeerArgs, FLAG_POST_OP, FLAG_PRE_OP, ONESHOT_KIND_SHIFT, ONESHOT_RANKS,
+    ONESHOT_ROOT_SHIFT,
 };
 use super::super::driver::{self, CUstream};
 use super::super::launch::{self, THREADS};
-use super::super::lower::{direct_kind, int_scale, op_code, Mem, PeerCall};
-use super::super::state::Inner;
+use super::super::lower::{int_scale, oneshot_kind, op_code, Mem, PeerCall};
+use super::super::state::CudaShared;
 use super::board::{self, Post, Target};
 use super::registry::Registry;
 use crate::config::{RegisteredMode, REGISTERED_AUTO_MIN_BYTES};
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
 use crate::plan::Plan;
-use crate::task::{CollKind, Task};
+use crate::task::CollKind;
 use crate::tune::Algorithm;
 use std::sync::atomic::Ordering;
 
@@ -61,7 +61,10 @@ fn shared(kind: CollKind, p: usize, root: usize) -> (bool, bool) {
         CollKind::ReduceScatter => (true, false),
         CollKind::AllGather => (false, true),
         CollKind::Broadcast => (false, p != root),
-        _ => (false, false),
+        // No peer kernel runs these (`peer_candidate`).
+        CollKind::Reduce | CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => {
+            (false, false)
+        }
     }
 }
 
@@ -71,7 +74,13 @@ fn touches(kind: CollKind, n: usize, me: usize, root: usize) -> (Vec<usize>, Vec
     match kind {
         CollKind::Broadcast if me == root => (others, Vec::new()),
         CollKind::Broadcast => (Vec::new(), vec![root]),
-        _ => (others.clone(), others),
+        CollKind::AllReduce | CollKind::ReduceScatter | CollKind::AllGather => {
+            (others.clone(), others)
+        }
+        // No peer kernel runs these (`peer_candidate`).
+        CollKind::Reduce | CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => {
+            (Vec::new(), Vec::new())
+        }
     }
 }
 
@@ -99,31 +108,20 @@ pub(in crate::backend::cuda) fn peer_candidate(
         || !scale_ok
         || !plan_ok
         || t.count == 0
-        || !(2..=DIRECT_RANKS).contains(&nranks)
+        || !(2..=ONESHOT_RANKS).contains(&nranks)
     {
         return false;
     }
     match mode {
         RegisteredMode::Off => false,
         RegisteredMode::On => true,
-        RegisteredMode::Auto => {
-            registered_ever && call_bytes(t, nranks) >= REGISTERED_AUTO_MIN_BYTES
-        }
+        RegisteredMode::Auto => registered_ever && t.bytes(nranks) >= REGISTERED_AUTO_MIN_BYTES,
     }
 }
 
 /// Whether `kind` folds values (its reduction applies).
 fn reduces(kind: CollKind) -> bool {
     matches!(kind, CollKind::AllReduce | CollKind::ReduceScatter)
-}
-
-/// The tuner's size of a call (`Task::bytes`), saturating.
-fn call_bytes(t: &Task, nranks: usize) -> u64 {
-    let per = t.count.saturating_mul(t.dtype.size() as u64);
-    match t.kind {
-        CollKind::ReduceScatter | CollKind::AllGather => per.saturating_mul(nranks as u64),
-        _ => per,
-    }
 }
 
 /// Blocks for a kernel moving `bytes` on this rank.
@@ -134,7 +132,7 @@ fn grid(bytes: u64) -> u32 {
         .clamp(1, MAX_BLOCKS) as u32
 }
 
-impl Inner {
+impl CudaShared {
     /// Whether `plan` asks for the peer kernels on this backend.
     pub(in crate::backend::cuda) fn peer_asks(&self, plan: &Plan, group: bool) -> bool {
         self.target.direct_path()
@@ -265,7 +263,9 @@ impl Inner {
         let moved = match call.kind {
             CollKind::AllReduce => call.count.div_ceil(n as u64),
             CollKind::Broadcast if me != call.root => 0,
-            _ => call.count,
+            CollKind::Broadcast | CollKind::ReduceScatter | CollKind::AllGather => call.count,
+            // No peer kernel runs these (`peer_candidate`).
+            CollKind::Reduce | CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => 0,
         } * es;
         if moved > 0 {
             // SAFETY: our buffers stay valid until the work completed
@@ -309,11 +309,10 @@ impl Inner {
 
     /// The collective, op and scaling of `call` in `args`.
     fn fill_kernel_args(&self, call: &PeerCall, args: &mut GcPeerArgs) -> Result<()> {
-        let kind = direct_kind(call.kind)
-            .ok_or_else(|| Error::Backend(format!("no peer kernel for {}", call.kind.name())))?;
+        let kind = oneshot_kind(call.kind);
         let red = call.reduction;
         let reduces = reduces(call.kind);
-        let mut flags = kind << DIRECT_KIND_SHIFT | (call.root as u32) << DIRECT_ROOT_SHIFT;
+        let mut flags = kind << ONESHOT_KIND_SHIFT | (call.root as u32) << ONESHOT_ROOT_SHIFT;
         if reduces && red.pre_scale.is_some() {
             flags |= FLAG_PRE_OP;
         }

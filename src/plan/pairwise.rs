@@ -1,4 +1,4 @@
-//! Direct algorithms: every rank talks to every peer itself. all_to_all,
+//! Pairwise algorithms: every rank talks to every peer itself. all_to_all,
 //! gather and scatter, and the one-hop all_reduce used where every peer is
 //! directly reachable.
 //!

@@ -1,5 +1,5 @@
 //! The sequence of one copy-engine call (steps 1-4 of the module doc) and
-//! the release of its waits after a failure: `impl Inner`, apart from the
+//! the release of its waits after a failure: `impl CudaShared`, apart from the
 //! state the backend owns (`mod.rs`), so that state does not depend on
 //! the backend's own type.
 
@@ -8,7 +8,7 @@ use super::super::driver::{self, CUstream};
 use super::super::handles::{Event, Stream};
 use super::super::lower::{CeCall, Mem};
 use super::super::memory::DevMem;
-use super::super::state::Inner;
+use super::super::state::CudaShared;
 use super::board::{self, Post, Target};
 use super::registry::{Registry, BLOCK_BYTES};
 use super::schedule::{self, incoming, schedule, Source};
@@ -33,7 +33,7 @@ const POST_SPIN: Duration = Duration::from_micros(200);
 /// How often a waiting host looks at abort words and peers' processes.
 const CHECK_EVERY: Duration = Duration::from_millis(1);
 
-impl Inner {
+impl CudaShared {
     /// Release every copy-engine wait of our stream after a failure (the
     /// peers will not raise our flags any more): called while failed work
     /// drains, as often as the waits go on.

@@ -275,7 +275,9 @@ mod tests {
                     .collect();
                 (inputs, vec![vec![0xEE; b]; n], want)
             }
-            _ => unreachable!(),
+            CollKind::AllReduce | CollKind::Reduce | CollKind::ReduceScatter => {
+                panic!("{kind:?} does not run on copy engines")
+            }
         };
         if in_place && kind == CollKind::AllToAll {
             // In place the output holds the input.

@@ -3,6 +3,7 @@
 use super::*;
 use crate::datatype::Datatype;
 use crate::op::Reduction;
+use crate::task::Task;
 use crate::tune::Protocol;
 
 fn plan(kind: CollKind, op: ReduceOp, dtype: Datatype, count: u64, algorithm: Algorithm) -> Plan {
@@ -128,7 +129,7 @@ fn premulsum_copy_engines_and_collnet_keep_their_plans() {
         let p = plan(CollKind::AllGather, ReduceOp::Sum, Datatype::F32, 64, a);
         assert!(!peer_candidate(&p, false, 2, on, true), "{a:?}");
     }
-    for a in [Algorithm::Direct, Algorithm::OneShot, Algorithm::Tree] {
+    for a in [Algorithm::Pairwise, Algorithm::OneShot, Algorithm::Tree] {
         let p = plan(CollKind::AllReduce, ReduceOp::Sum, Datatype::F32, 64, a);
         assert!(peer_candidate(&p, false, 2, on, true), "{a:?}");
     }

@@ -19,7 +19,7 @@
 //! holds it.
 
 use super::super::driver;
-use super::super::state::Inner;
+use super::super::state::CudaShared;
 use super::board::{self, Post};
 use super::vmm::{fresh_offers, Fresh};
 use crate::backend::Registered;
@@ -31,7 +31,7 @@ use std::sync::atomic::Ordering;
 /// start from the FNV offset basis).
 pub(crate) const DIGEST: u64 = 0x5245_4749_5354_4552;
 
-impl Inner {
+impl CudaShared {
     /// Register `buf` with every peer (collective; `seq`: the engine's
     /// next sequence number, not consumed). A buffer this rank cannot
     /// register (not device memory of this GPU) still takes part, posting

@@ -30,7 +30,7 @@
 
 use super::super::driver::Allocation;
 use super::super::driver::CUstream;
-use super::super::state::Inner;
+use super::super::state::CudaShared;
 use super::board::{self, Post, Share, Target, VMM_SLOTS};
 use super::fdpass::{FdSocket, Words};
 use super::registry::vmm_key;
@@ -84,7 +84,7 @@ pub(super) fn fresh_offers(
         .collect()
 }
 
-impl Inner {
+impl CudaShared {
     /// The socket peers send descriptors to, bound at the first
     /// registration (before its post, so a peer that read the post can
     /// send). None when it cannot be bound: VMM allocations are then

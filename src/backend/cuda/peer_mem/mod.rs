@@ -1,3 +1,10 @@
+//! Peer memory: everything that reads or writes another rank's buffers
+//! where they lie, without FIFOs. Exporting and importing allocations
+//! (`registry.rs`, `register.rs`, `vmm.rs`, `fdpass.rs`), the per-call
+//! rendezvous that names them (`board.rs`), the peer kernels on registered
+//! buffers (`peer.rs`), and the copy-engine collectives (`schedule.rs`,
+//! `run.rs`).
+//!
 //! Copy-engine collectives: all_gather, all_to_all, broadcast, gather and
 //! scatter on one node with every peer mapped, moved by the GPU's DMA
 //! engines instead of a kernel, so they take no SMs from the program's
@@ -48,7 +55,7 @@
 //!
 //! When a call cannot complete (a failure of the node, a timeout), the
 //! waits are released by the host storing into the flags
-//! (`Inner::ce_release`, `run.rs`), and the communicator is failed.
+//! (`CudaShared::ce_release`, `run.rs`), and the communicator is failed.
 
 mod board;
 mod fdpass;

@@ -563,7 +563,7 @@ impl Registry {
     }
 }
 
-/// Runs after the backend synchronized its stream (`Inner::drop`).
+/// Runs after the backend synchronized its stream (`CudaShared::drop`).
 impl Drop for Registry {
     fn drop(&mut self) {
         for (_, h) in self.maps.keys() {
