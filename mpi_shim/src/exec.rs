@@ -58,8 +58,8 @@ pub unsafe fn nonblocking<const N: usize>(
     if !settings::active() {
         return ipmpi(buffers);
     }
-    match plan() {
-        Plan::Pmpi => ipmpi(buffers),
+    let code = match plan() {
+        Plan::Pmpi => return ipmpi(buffers),
         Plan::Failed(code) => code,
         Plan::Native(n, coll, count) => {
             // SAFETY: forwarded from this function's contract.
@@ -71,5 +71,13 @@ pub unsafe fn nonblocking<const N: usize>(
             // SAFETY: `request` is writable.
             unsafe { requests::start_done(code, request) }
         }
+    };
+    // A failed start leaves no request behind (MPI's rule for an erroneous
+    // call under a returning error handler); a program that waits on it
+    // then waits on MPI_REQUEST_NULL instead of an unset handle.
+    if code != 0 && !request.is_null() {
+        // SAFETY: `request` is writable (this function's contract).
+        unsafe { *request = mpi_sys::RSMPI_REQUEST_NULL };
     }
+    code
 }

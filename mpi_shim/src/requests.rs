@@ -146,6 +146,8 @@ pub unsafe fn start_done(code: c_int, request: *mut MPI_Request) -> c_int {
     // SAFETY: writable per the contract.
     let rc = unsafe { start(req, request) };
     if rc != 0 {
+        // SAFETY: writable per the contract.
+        unsafe { *request = mpi_sys::RSMPI_REQUEST_NULL };
         return rc;
     }
     // SAFETY: the handle just started.
@@ -173,7 +175,10 @@ pub unsafe fn start_pending(
     let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
     // SAFETY: writable per the contract.
     let rc = unsafe { start(req.clone(), request) };
-    if rc == 0 {
+    if rc != 0 {
+        // SAFETY: writable per the contract.
+        unsafe { *request = mpi_sys::RSMPI_REQUEST_NULL };
+    } else {
         // SAFETY: the handle just started.
         reg.insert(unsafe { (*request).0 } as usize, req);
         OUTSTANDING.fetch_add(1, Ordering::AcqRel);
