@@ -35,6 +35,7 @@ mod hostmem;
 mod init;
 mod large_count;
 mod native;
+mod p2p;
 mod plans;
 mod requests;
 mod route;

@@ -23,11 +23,17 @@ pub struct ShimRequest {
     comm: Mutex<Option<Communicator>>,
     call: &'static str,
     code: AtomicI32,
+    /// A staged point-to-point transfer (`p2p`): done when its inner MPI
+    /// request is, then its status is the request's.
+    p2p: Option<crate::p2p::Transfer>,
 }
 
 impl ShimRequest {
     /// Whether the GPU work finished (waiting for it with `wait`).
     fn done(&self, wait: bool) -> bool {
+        if let Some(t) = &self.p2p {
+            return t.done(wait, &self.code);
+        }
         let Some(ev) = &self.event else { return true };
         let r = if wait {
             ev.wait().map(|_| true)
@@ -95,6 +101,10 @@ unsafe extern "C" fn query(extra: *mut c_void, status: *mut MPI_Status) -> c_int
             mpi_sys::PMPI_Status_set_elements(status, crate::handles::byte_type(), 0);
             mpi_sys::PMPI_Status_set_cancelled(status, 0);
         }
+        if let Some(t) = &req.p2p {
+            // SAFETY: as above.
+            unsafe { t.fill(status, code) };
+        }
     }
     code
 }
@@ -142,6 +152,7 @@ pub unsafe fn start_done(code: c_int, request: *mut MPI_Request) -> c_int {
         comm: Mutex::new(None),
         call: "",
         code: AtomicI32::new(0),
+        p2p: None,
     });
     // SAFETY: writable per the contract.
     let rc = unsafe { start(req, request) };
@@ -171,6 +182,35 @@ pub unsafe fn start_pending(
         comm: Mutex::new(Some(comm)),
         call,
         code: AtomicI32::new(0),
+        p2p: None,
+    });
+    let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
+    // SAFETY: writable per the contract.
+    let rc = unsafe { start(req.clone(), request) };
+    if rc == 0 {
+        // SAFETY: the handle just started.
+        reg.insert(unsafe { (*request).0 } as usize, req);
+        OUTSTANDING.fetch_add(1, Ordering::AcqRel);
+    }
+    rc
+}
+
+/// A request for a staged point-to-point transfer, done when its inner MPI
+/// request is (`p2p::Transfer`).
+///
+/// # Safety
+/// `request` is writable.
+pub unsafe fn start_p2p(
+    t: crate::p2p::Transfer,
+    call: &'static str,
+    request: *mut MPI_Request,
+) -> c_int {
+    let req = Arc::new(ShimRequest {
+        event: None,
+        comm: Mutex::new(None),
+        call,
+        code: AtomicI32::new(0),
+        p2p: Some(t),
     });
     let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
     // SAFETY: writable per the contract.

@@ -196,3 +196,18 @@ fn finalize_with_pending_requests() {
         120,
     );
 }
+
+#[test]
+fn p2p() {
+    run_matrix(
+        "p2p",
+        &[
+            (Mode::Plain, &[1, 2, 3], &["--large", "2097152"]),
+            (Mode::Host, &[1, 2, 3, 4], &["--large", "2097152"]),
+            (Mode::Preload, &[2], &[]),
+            (Mode::Passthrough, &[2], &[]),
+            (Mode::Linked, &[3], &[]),
+        ],
+        180,
+    );
+}
