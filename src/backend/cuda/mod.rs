@@ -64,6 +64,7 @@ mod cache;
 mod caps;
 mod ce;
 pub(crate) mod driver;
+pub(crate) mod exchange;
 mod guard;
 mod handles;
 mod launch;
@@ -83,6 +84,12 @@ mod stream;
 mod submit;
 mod upload;
 mod watchdog;
+
+/// The parsers of bytes that other processes wrote, for `crate::fuzzing`.
+pub(crate) mod parsers {
+    pub(crate) use super::ce::parsers::*;
+    pub(crate) use super::exchange::parse as setup_exchange;
+}
 
 pub use backend::CudaBackend;
 pub use bringup::p2p_disabled;
