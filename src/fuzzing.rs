@@ -1,7 +1,8 @@
-//! Entry points for the fuzz targets in `fuzz/` (a crate outside the
-//! workspace): every parser of bytes that another process wrote, taking
-//! arbitrary bytes and returning whether they were accepted. Not API:
-//! hidden from the documentation, with no stability promise.
+//! Entry points for fuzzing (a cargo-fuzz crate outside the workspace
+//! calls them; see SECURITY.md): every parser of bytes that another
+//! process wrote, taking arbitrary bytes and returning whether they were
+//! accepted. Not API: hidden from the documentation, with no stability
+//! promise.
 //!
 //! Each parser checks its fields against each other (offsets inside
 //! allocations, sizes within their limits) and has a deterministic

@@ -55,8 +55,8 @@ pub mod task;
 pub mod topo;
 #[doc(hidden)]
 pub mod tune;
-// Every parser of bytes that cross a process boundary, for the fuzz
-// targets in fuzz/ (outside the workspace).
+// Every parser of bytes that cross a process boundary, for fuzz targets
+// outside the workspace (SECURITY.md).
 #[doc(hidden)]
 pub mod fuzzing;
 #[cfg(test)]
