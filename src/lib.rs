@@ -55,6 +55,12 @@ pub mod task;
 pub mod topo;
 #[doc(hidden)]
 pub mod tune;
+// Every parser of bytes that cross a process boundary, for fuzz targets
+// outside the workspace (SECURITY.md).
+#[doc(hidden)]
+pub mod fuzzing;
+#[cfg(test)]
+mod testutil;
 
 #[cfg(feature = "cuda")]
 pub use backend::cuda::{

@@ -10,21 +10,23 @@ use super::backend::CudaBackend;
 use super::cache::StepStore;
 use super::caps::caps;
 use super::driver;
+use super::exchange::{self, RankSetup};
 use super::handles::{EventPool, IpcMapping, Stream};
 use super::layout::*;
 use super::lower::DeviceTargets;
 use super::memory::{bind, DevMem, DeviceCtx, LiveOnDevice};
 use super::module::Kernels;
 use super::net::{self, NetLayout, NetProxy};
-use super::peer_mem::CopyEngines;
+use super::peer_mem::{self, CopyEngines, FdMesh};
 use super::profile::HostProfile;
 use super::resident::Resident;
 use super::shm::{self, Segment};
 use super::state::CudaShared;
 use crate::backend::shared::calibrate;
 use crate::backend::shared::failure::Failure;
-use crate::backend::shared::liveness::PeerLiveness;
-use crate::backend::shared::setup::{self, random_tag};
+use crate::backend::shared::liveness::{Peer, PeerLiveness};
+use crate::backend::shared::process;
+use crate::backend::shared::setup;
 use crate::config::{Config, ResidentMode};
 use crate::error::{Error, Result};
 use crate::mpi::MpiComm;
@@ -57,9 +59,6 @@ fn env_usize(name: &str) -> Option<usize> {
         .filter(|&v| v > 0)
 }
 
-/// u64 fields per rank in the setup exchange of [`negotiate`].
-const FIELDS: usize = 8;
-
 /// A key naming this rank's GPU across the job (host name and PCI bus id:
 /// equal keys mean the same physical GPU) and its multiprocessor count
 /// (0 if unknown). A rank whose GPU cannot be named gets a key of its own,
@@ -76,12 +75,6 @@ fn gpu_identity(ctx: &DeviceCtx, rank: usize) -> (u64, usize) {
         Err(_) => u64::MAX - rank as u64,
     };
     (key, sms)
-}
-
-fn u64_at(b: &[u8], i: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[i * 8..i * 8 + 8]);
-    u64::from_le_bytes(w)
 }
 
 /// Stage 1 on each rank: the device, the module and our stream. Fields
@@ -105,8 +98,9 @@ fn open_device(ordinal: i32, after_legacy: bool) -> Result<Local> {
 
 /// What stage 2 agrees on, identical on all ranks (but `ords`' use).
 struct Agreed {
+    /// Every rank's part of the exchange (pid, segment nonce, start time).
+    ranks: Vec<RankSetup>,
     pids: Vec<u32>,
-    tag: u64,
     transport: Transport,
     layout: Layout,
     /// Ranks on other nodes, reached through NET connectors.
@@ -126,53 +120,50 @@ fn negotiate(
     cuda_channels: Option<usize>,
 ) -> Result<Agreed> {
     let (rank, nranks) = (topo.rank, topo.nranks);
-    let tag = random_tag();
     let def_channels = if multi {
         NET_CHANNELS
     } else {
         p2p_channels(nranks)
     };
-    let want_channels = cuda_channels.unwrap_or(def_channels).min(MAX_CHANNELS);
+    let want_channels = cuda_channels.unwrap_or(def_channels).clamp(1, MAX_CHANNELS);
     // 0: no preference (the default for the agreed channel count).
     let want_slot = env_usize("GPUCOLL_CUDA_SLOT_KB")
         .map(|k| (k << 10).clamp(4 << 10, 4 << 20))
         .unwrap_or(0);
     let (gpu, sms) = gpu_identity(ctx, rank);
-    let mine: Vec<u8> = [
-        std::process::id() as u64,
-        tag,
-        ctx.ordinal as u64,
-        p2p_off as u64,
-        want_channels as u64,
-        want_slot as u64,
+    // Our control segment's name is told over MPI only: nobody outside
+    // the job can create it first or know it before it exists.
+    let nonce = process::random_nonce();
+    let nonce = agree(mpi, nonce, "draw a random segment name")?;
+    let mine = RankSetup {
+        pid: std::process::id(),
+        nonce,
+        ordinal: ctx.ordinal,
+        p2p_off,
+        channels: want_channels,
+        slot: want_slot,
         gpu,
-        sms as u64,
-    ]
-    .iter()
-    .flat_map(|v| v.to_le_bytes())
-    .collect();
-    let all = mpi.allgather_bytes(&mine)?;
-    if all.len() != 8 * FIELDS * nranks {
-        return Err(Error::Backend(
-            "CUDA backend setup exchange was truncated".into(),
-        ));
-    }
-    let field = |r: usize, i: usize| u64_at(&all, r * FIELDS + i);
-    let pids: Vec<u32> = (0..nranks).map(|r| field(r, 0) as u32).collect();
-    let tag = field(0, 1);
-    let ords: Vec<i32> = (0..nranks).map(|r| field(r, 2) as i32).collect();
-    let any_off = (0..nranks).any(|r| field(r, 3) != 0);
+        sms: sms.min(1 << 20),
+        start: process::own_start_time(),
+    };
+    let all = mpi.allgather_bytes(&mine.encode())?;
+    let ranks = exchange::parse(&all, nranks)?;
+    let pids: Vec<u32> = ranks.iter().map(|r| r.pid).collect();
+    let ords: Vec<i32> = ranks.iter().map(|r| r.ordinal).collect();
+    let any_off = ranks.iter().any(|r| r.p2p_off);
     // Every rank must use the same layout: the smallest request wins, and
     // no more than the ranks sharing the busiest GPU can run side by side.
-    let gpus: Vec<u64> = (0..nranks).map(|r| field(r, 6)).collect();
+    let gpus: Vec<u64> = ranks.iter().map(|r| r.gpu).collect();
     let sharers = busiest_gpu(&gpus);
-    let fewest_sms = (0..nranks)
-        .map(|r| field(r, 7) as usize)
+    let fewest_sms = ranks
+        .iter()
+        .map(|r| r.sms)
         .filter(|&n| n > 0)
         .min()
         .unwrap_or(0);
-    let requested = (0..nranks)
-        .map(|r| field(r, 4) as usize)
+    let requested = ranks
+        .iter()
+        .map(|r| r.channels)
         .min()
         .unwrap_or(def_channels)
         .max(1);
@@ -191,8 +182,9 @@ fn negotiate(
         }
         _ => requested,
     };
-    let req_slot = (0..nranks)
-        .map(|r| field(r, 5) as usize)
+    let req_slot = ranks
+        .iter()
+        .map(|r| r.slot)
         .filter(|&s| s > 0)
         .min()
         .unwrap_or(if multi {
@@ -246,8 +238,8 @@ fn negotiate(
         rail: multi,
     };
     Ok(Agreed {
+        ranks,
         pids,
-        tag,
         transport,
         layout,
         net_layout,
@@ -268,7 +260,7 @@ fn map_segments(mpi: &MpiComm, topo: &Topology, a: &Agreed) -> Result<Vec<Arc<Se
     let seg_bytes = seg_bytes.div_ceil(4096) * 4096;
     let node: &[usize] = &topo.nodes[topo.node()];
     let own = Segment::create(
-        &shm::segment_name(a.pids[topo.rank], a.tag, local_rank),
+        &shm::segment_name(a.pids[topo.rank], a.ranks[topo.rank].nonce, local_rank),
         seg_bytes,
     );
     let own = agree(mpi, own, "create their shared memory segment")?;
@@ -281,7 +273,8 @@ fn map_segments(mpi: &MpiComm, topo: &Topology, a: &Agreed) -> Result<Vec<Arc<Se
                 own.take()
                     .ok_or_else(|| Error::Backend("own segment taken twice".into()))
             } else {
-                Segment::open(&shm::segment_name(a.pids[r], a.tag, l), seg_bytes)
+                let name = shm::segment_name(a.pids[r], a.ranks[r].nonce, l);
+                Segment::open(&name, seg_bytes, a.pids[r])
             }
         })
         .collect();
@@ -304,6 +297,25 @@ fn map_segments(mpi: &MpiComm, topo: &Topology, a: &Agreed) -> Result<Vec<Arc<Se
     })();
     agree(mpi, reg, "register shared memory with CUDA")?;
     Ok(segs.into_iter().map(Arc::new).collect())
+}
+
+/// Stage 3b (single-node communicators, where the copy-engine calls run):
+/// the authenticated links VMM descriptors pass over (`ce/fdmesh.rs`).
+/// A rank that cannot bind its socket fails the setup on every rank; links
+/// that do not come up everywhere only turn descriptor passing off.
+fn fd_links(mpi: &MpiComm, topo: &Topology, a: &Agreed, config: &Config) -> Result<Option<FdMesh>> {
+    let n = topo.nranks;
+    if topo.nnodes() > 1 || n < 2 || n > peer_mem::MAX_RANKS {
+        return Ok(None);
+    }
+    let wait = config.timeout.min(std::time::Duration::from_secs(30));
+    FdMesh::setup(
+        topo.rank,
+        &a.pids,
+        wait,
+        &mut |b| mpi.allgather_bytes(b),
+        &mut process::random_nonce,
+    )
 }
 
 /// Stage 4's result: the FIFO memory of every rank of our node. Fields
@@ -461,6 +473,7 @@ impl CudaBackend {
             config.cuda_channels,
         )?;
         let segs = map_segments(&mpi, topo, &a)?;
+        let mesh = fd_links(&mpi, topo, &a, config)?;
         let fifos = map_fifos(&mpi, topo, &a, &segs)?;
 
         // Stage 4b (multi-node): our NET block (staging and receive FIFOs
@@ -556,9 +569,13 @@ impl CudaBackend {
         let local_peers = topo.nodes[topo.node()]
             .iter()
             .filter(|&&r| r != rank)
-            .map(|&r| (r, a.pids[r]))
+            .map(|&r| Peer {
+                rank: r,
+                pid: a.pids[r],
+                start: a.ranks[r].start,
+            })
             .collect();
-        let ce = CopyEngines::new(ctx.ordinal, config.registered);
+        let ce = CopyEngines::new(ctx.ordinal, config.registered, mesh);
         let resident = match config.resident {
             ResidentMode::On => true,
             ResidentMode::Auto => a.sharers <= 1,

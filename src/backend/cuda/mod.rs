@@ -63,6 +63,7 @@ mod bringup;
 mod cache;
 mod caps;
 pub(crate) mod driver;
+pub(crate) mod exchange;
 mod guard;
 mod handles;
 mod launch;
@@ -83,6 +84,12 @@ mod stream;
 mod submit;
 mod upload;
 mod watchdog;
+
+/// The parsers of bytes that other processes wrote, for `crate::fuzzing`.
+pub(crate) mod parsers {
+    pub(crate) use super::peer_mem::parsers::*;
+    pub(crate) use super::exchange::parse as setup_exchange;
+}
 
 pub use backend::CudaBackend;
 pub use bringup::p2p_disabled;

@@ -51,11 +51,12 @@ impl Segment {
         })
     }
 
-    /// Map a peer's segment, which must hold exactly `len` bytes.
-    pub(crate) fn open(name: &str, len: usize) -> Result<Segment> {
+    /// Map a peer's segment, which must hold exactly `len` bytes and be
+    /// made by process `creator` ([`Mapping::open`]'s checks).
+    pub(crate) fn open(name: &str, len: usize, creator: u32) -> Result<Segment> {
         Ok(Segment {
             reg: None,
-            map: Mapping::open(name, len)?,
+            map: Mapping::open(name, len, creator)?,
         })
     }
 
@@ -96,7 +97,7 @@ impl Segment {
     }
 }
 
-/// The segment name of `local_rank` in a communicator tagged `tag`.
-pub(crate) fn segment_name(pid: u32, tag: u64, local_rank: usize) -> String {
-    shared_shm::segment_name(SegOwner::Cuda, pid, tag, local_rank)
+/// The segment name of `local_rank`, created by `pid` with its `nonce`.
+pub(crate) fn segment_name(pid: u32, nonce: u128, local_rank: usize) -> String {
+    shared_shm::segment_name(SegOwner::Cuda, pid, nonce, local_rank)
 }

@@ -17,6 +17,7 @@
 //! channel; by default channels get their own threads when the node has at
 //! least two cores per local rank.
 
+pub(crate) mod exchange;
 pub(crate) mod exec;
 pub(crate) mod fifo;
 pub(crate) mod net;
@@ -26,8 +27,9 @@ pub(crate) mod worker;
 
 use crate::backend::shared::calibrate;
 use crate::backend::shared::failure::{Failure, NodeSegments};
-use crate::backend::shared::liveness::PeerLiveness;
-use crate::backend::shared::setup::{self, agree, random_tag};
+use crate::backend::shared::liveness::{Peer, PeerLiveness};
+use crate::backend::shared::process;
+use crate::backend::shared::setup::{self, agree};
 use crate::backend::{Backend, Launch, PendingWork};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -283,30 +285,24 @@ impl HostBackend {
             .map_or(DEFAULT_SLOT_BYTES, |b| b.min(1 << 30) as usize);
         let slot = shm::choose_slot_bytes(requested, FIFO_SLOTS, MAX_CHANNELS, max_local);
         let pid = std::process::id();
-        let mine: Vec<u8> = [
-            pid as u64,
-            random_tag(),
-            slot as u64,
-            MAX_CHANNELS as u64,
-            host_key()?,
-        ]
-        .iter()
-        .flat_map(|v| v.to_le_bytes())
-        .collect();
-        let all = mpi.allgather_bytes(&mine)?;
-        let word = |r: usize, i: usize| {
-            let o = r * 40 + i * 8;
-            u64::from_le_bytes(all[o..o + 8].try_into().expect("8 bytes"))
-        };
-        if all.len() != 40 * nranks {
-            return Err(Error::Backend(
-                "host backend setup exchange was truncated".into(),
-            ));
-        }
-        let tag = word(0, 1);
-        let slot_bytes = (0..nranks).map(|r| word(r, 2)).min().unwrap_or(slot as u64) as usize;
-        let channels = (0..nranks).map(|r| word(r, 3)).min().unwrap_or(1) as usize;
-        let pids: Vec<u32> = (0..nranks).map(|r| word(r, 0) as u32).collect();
+        // Our segment's name is told over MPI only: nobody outside the job
+        // can create it first or know it before it exists.
+        let mine = (|| -> Result<exchange::RankSetup> {
+            Ok(exchange::RankSetup {
+                pid,
+                nonce: process::random_nonce()?,
+                slot_bytes: slot,
+                channels: MAX_CHANNELS,
+                host: host_key()?,
+                start: process::own_start_time(),
+            })
+        })();
+        let mine = agree(&mpi, mine, peers_could_not("identify themselves"))?;
+        let all = mpi.allgather_bytes(&mine.encode())?;
+        let ranks = exchange::parse(&all, nranks, 1 << 30, MAX_CHANNELS)?;
+        let slot_bytes = ranks.iter().map(|r| r.slot_bytes).min().unwrap_or(slot);
+        let channels = ranks.iter().map(|r| r.channels).min().unwrap_or(1);
+        let pids: Vec<u32> = ranks.iter().map(|r| r.pid).collect();
 
         let node = &topo.nodes[topo.node()];
         let local_rank = topo.local_rank();
@@ -322,7 +318,7 @@ impl HostBackend {
         };
 
         // Create ours; everyone checks everyone succeeded before mapping.
-        let own = Segment::create(&shm::segment_name(pid, tag, local_rank), &layout);
+        let own = Segment::create(&shm::segment_name(pid, mine.nonce, local_rank), &layout);
         let mut own = agree(
             &mpi,
             own,
@@ -335,7 +331,8 @@ impl HostBackend {
                 if l == local_rank {
                     Ok(None)
                 } else {
-                    Segment::open(&shm::segment_name(pids[r], tag, l), &layout).map(Some)
+                    let name = shm::segment_name(pids[r], ranks[r].nonce, l);
+                    Segment::open(&name, &layout, pids[r]).map(Some)
                 }
             })
             .collect();
@@ -345,7 +342,11 @@ impl HostBackend {
             peers_could_not("map their peers' shared memory segments"),
         )?;
         // Everyone has mapped ours: drop the name so a crash leaves nothing.
-        own.unlink()?;
+        // A failed unlink only leaves the name for the stale cleanup: not
+        // worth failing this rank alone, with the others already past.
+        if let Err(e) = own.unlink() {
+            tracing::warn!(rank, "host backend: {e}");
+        }
         let mut own = Some(own);
         let segs: Vec<Segment> = peers
             .into_iter()
@@ -383,10 +384,14 @@ impl HostBackend {
         // Every rank on this machine is watched, not only this (possibly
         // simulated) node's: a process that dies on the same host is seen
         // at once, whichever node it is counted in.
-        let host = word(rank, 4);
+        let host = ranks[rank].host;
         let peers = (0..nranks)
-            .filter(|&r| r != rank && word(r, 4) == host)
-            .map(|r| (r, pids[r]))
+            .filter(|&r| r != rank && ranks[r].host == host)
+            .map(|r| Peer {
+                rank: r,
+                pid: pids[r],
+                start: ranks[r].start,
+            })
             .collect();
         let inner = Arc::new(HostShared {
             rank,

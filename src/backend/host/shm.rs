@@ -93,9 +93,66 @@ pub(crate) fn choose_slot_bytes(
     slot
 }
 
-/// The name of `local_rank`'s segment in a communicator tagged `tag`.
-pub(crate) fn segment_name(pid: u32, tag: u64, local_rank: usize) -> String {
-    shared::segment_name(SegOwner::Host, pid, tag, local_rank)
+/// Bytes of the magic and the layout parameters after the control block.
+pub(crate) const LAYOUT_BYTES: usize = 8 + 4 * 8;
+
+/// The layout a segment's header bytes (at least [`LAYOUT_BYTES`], from
+/// the magic on) describe; refused when the magic is not this version's,
+/// or the parameters could not describe a segment this backend makes
+/// (zero counts, slots that are not whole lines, a total beyond
+/// [`MAX_SEGMENT_BYTES`] or overflowing).
+pub(crate) fn parse_layout(bytes: &[u8]) -> Result<SegLayout> {
+    let bad = |why: String| Error::Backend(format!("host segment header: {why}"));
+    let head = bytes
+        .get(..LAYOUT_BYTES)
+        .ok_or_else(|| bad(format!("{} bytes, need {LAYOUT_BYTES}", bytes.len())))?;
+    let w = |i: usize| {
+        let mut v = [0u8; 8];
+        v.copy_from_slice(&head[8 * i..8 * i + 8]);
+        u64::from_le_bytes(v)
+    };
+    if w(0) != MAGIC {
+        return Err(bad(format!("magic {:#018x}", w(0))));
+    }
+    let small = |i: usize, what: &str| {
+        usize::try_from(w(i))
+            .ok()
+            .filter(|&v| v > 0 && v <= MAX_SEGMENT_BYTES)
+            .ok_or_else(|| bad(format!("{what} {}", w(i))))
+    };
+    let layout = SegLayout {
+        slots: small(1, "slots")?,
+        slot_bytes: small(2, "slot bytes")?,
+        channels: small(3, "channels")?,
+        local_size: small(4, "local size")?,
+    };
+    if layout.slot_bytes % fifo::LINE != 0 {
+        return Err(bad(format!(
+            "slot bytes {} not whole lines",
+            layout.slot_bytes
+        )));
+    }
+    // The same sum as `total`, checked: every factor came from outside.
+    // (`header_bytes` cannot overflow: slots <= MAX_SEGMENT_BYTES.)
+    let total = (layout.slots.checked_mul(layout.slot_bytes))
+        .and_then(|d| d.checked_add(fifo::header_bytes(layout.slots)))
+        .and_then(|c| c.checked_mul(layout.channels))
+        .and_then(|c| c.checked_mul(layout.local_size))
+        .and_then(|c| c.checked_add(CONTROL_BYTES))
+        .filter(|&t| t <= MAX_SEGMENT_BYTES)
+        .ok_or_else(|| {
+            bad(format!(
+                "layout {:?} exceeds {MAX_SEGMENT_BYTES} bytes",
+                layout.params()
+            ))
+        })?;
+    debug_assert_eq!(total, layout.total());
+    Ok(layout)
+}
+
+/// The name of `local_rank`'s segment, created by `pid` with its `nonce`.
+pub(crate) fn segment_name(pid: u32, nonce: u128, local_rank: usize) -> String {
+    shared::segment_name(SegOwner::Host, pid, nonce, local_rank)
 }
 
 /// A rank's mapped segment: the shared control block, the layout check,
@@ -123,19 +180,22 @@ impl Segment {
         Ok(Segment { map })
     }
 
-    /// Map a peer's segment and check that its layout is the expected one.
-    pub(crate) fn open(name: &str, layout: &SegLayout) -> Result<Segment> {
-        let map = Mapping::open(name, layout.total())?;
-        let params: Vec<u64> = (0..4)
-            .map(|i| map.word(PARAMS_OFF + 8 * i).load(Ordering::Relaxed))
-            .collect();
-        if map.word(MAGIC_OFF).load(Ordering::Acquire) != MAGIC || params != layout.params() {
-            return Err(Error::Backend(format!(
-                "shared memory segment {name} has layout {params:?}, expected {:?}",
-                layout.params()
-            )));
+    /// Map a peer's segment, made by process `creator`, and check that its
+    /// layout is the expected one.
+    pub(crate) fn open(name: &str, layout: &SegLayout, creator: u32) -> Result<Segment> {
+        let map = Mapping::open(name, layout.total(), creator)?;
+        let mut head = [0u8; LAYOUT_BYTES];
+        for (i, chunk) in head.chunks_exact_mut(8).enumerate() {
+            let w = map.word(MAGIC_OFF + 8 * i).load(Ordering::Acquire);
+            chunk.copy_from_slice(&w.to_le_bytes());
         }
-        Ok(Segment { map })
+        match parse_layout(&head) {
+            Ok(found) if found == *layout => Ok(Segment { map }),
+            found => Err(Error::Backend(format!(
+                "shared memory segment {name} has layout {found:?}, expected {:?}",
+                layout.params()
+            ))),
+        }
     }
 
     /// Remove the name (the mapping stays usable).
@@ -170,14 +230,19 @@ mod tests {
         };
         let name = segment_name(std::process::id(), 0xabcd, 7);
         let mut own = Segment::create(&name, &layout).unwrap();
-        let peer = Segment::open(&name, &layout).unwrap();
+        let me = std::process::id();
+        let peer = Segment::open(&name, &layout, me).unwrap();
         let other = SegLayout {
             slot_bytes: 512,
             ..layout
         };
-        assert!(Segment::open(&name, &other).is_err());
+        assert!(Segment::open(&name, &other, me).is_err());
+        assert!(
+            Segment::open(&name, &layout, me + 1).is_err(),
+            "another creator"
+        );
         own.unlink().unwrap();
-        assert!(Segment::open(&name, &layout).is_err());
+        assert!(Segment::open(&name, &layout, me).is_err());
 
         // A piece sent through the peer's view arrives in the owner's view.
         let off = layout.connector_offset(1, 2);
@@ -213,5 +278,58 @@ mod tests {
         assert!(l.total() <= MAX_SEGMENT_BYTES);
         assert_eq!(choose_slot_bytes(128 << 10, 8, 4, 100_000), MIN_SLOT_BYTES);
         assert_eq!(choose_slot_bytes(1000, 8, 4, 2), 960);
+    }
+
+    fn header_of(l: &SegLayout) -> Vec<u8> {
+        std::iter::once(MAGIC)
+            .chain(l.params())
+            .flat_map(u64::to_le_bytes)
+            .collect()
+    }
+
+    /// Random and mutated layout headers: no panic, and whatever is
+    /// accepted describes a segment within the size limit whose header
+    /// bytes are the input's.
+    #[test]
+    fn layout_headers_are_checked() {
+        let l = SegLayout {
+            slots: 8,
+            slot_bytes: 4096,
+            channels: 4,
+            local_size: 3,
+        };
+        assert_eq!(parse_layout(&header_of(&l)).unwrap(), l);
+        assert!(parse_layout(&header_of(&l)[..LAYOUT_BYTES - 1]).is_err());
+        for bad in [
+            SegLayout { slots: 0, ..l },
+            SegLayout {
+                slot_bytes: 100,
+                ..l
+            },
+            SegLayout { channels: 0, ..l },
+            SegLayout {
+                local_size: 1 << 40,
+                ..l
+            },
+            SegLayout {
+                slots: usize::MAX,
+                ..l
+            },
+        ] {
+            assert!(parse_layout(&header_of(&bad)).is_err(), "{bad:?}");
+        }
+        let mut rng = crate::testutil::XorShift::new(0x1a70_0c);
+        let valid = header_of(&l);
+        for i in 0..20_000 {
+            let b = if i % 4 == 0 {
+                rng.bytes_below(64)
+            } else {
+                rng.mutate(&valid)
+            };
+            if let Ok(found) = parse_layout(&b) {
+                assert!(found.total() <= MAX_SEGMENT_BYTES);
+                assert_eq!(header_of(&found)[..], b[..LAYOUT_BYTES]);
+            }
+        }
     }
 }

@@ -202,7 +202,7 @@ mod tests {
     /// Three unlinked control blocks of one test node (`tag_hi` keeps the
     /// tests' names apart).
     fn segments(owner: SegOwner, tag_hi: u64) -> Vec<Mapping> {
-        let tag = tag_hi | std::process::id() as u64;
+        let tag = u128::from(tag_hi | std::process::id() as u64);
         (0..3)
             .map(|l| {
                 let name = segment_name(owner, std::process::id(), tag, l);

@@ -20,19 +20,6 @@ pub(crate) fn check_topology(mpi: &MpiComm, topo: &Topology) -> Result<()> {
     Ok(())
 }
 
-/// A random u64 without extra dependencies: std's hasher keys are random
-/// per process; mixed with the time and pid for good measure. Rank 0's
-/// value, broadcast, names a communicator's segments.
-pub(crate) fn random_tag() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    if let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-        h.write_u128(d.as_nanos());
-    }
-    h.finish()
-}
-
 /// Whether every rank succeeded a setup stage; collective over `mpi`. This
 /// rank's own error wins; else, when other ranks failed, `others` turns
 /// their ranks into this rank's error.
@@ -67,6 +54,5 @@ mod tests {
     fn failed_ranks_are_named() {
         assert_eq!(failed_ranks(&[1, 0, 1, 0]), vec![1, 3]);
         assert!(failed_ranks(&[1, 1]).is_empty());
-        assert_ne!(random_tag(), random_tag());
     }
 }

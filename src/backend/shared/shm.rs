@@ -2,19 +2,29 @@
 //! type, the control block every rank's segment starts with, and the
 //! removal of segments that crashed jobs left behind.
 //!
-//! Names are `/gpucoll.<backend>.<creator pid>.<comm tag hex>.<local rank>`
-//! (`backend` is `host` or `cuda`). Segments are created with mode 0600 and
-//! unlinked by their creator once every local peer mapped them, so a job
-//! that dies later leaves nothing in `/dev/shm`. A job that dies during
-//! setup can leave names behind; [`cleanup_stale`] (run when any backend is
-//! created) removes those whose creator pid no longer exists. It also knows
-//! the names older builds used (`/gpucoll.<pid>.<tag>.<local>` for the host
-//! backend, `/gpucoll-cuda-<pid>-<tag>-<local>` for the CUDA backend).
+//! Names are `/gpucoll.<backend>.<creator pid>.<nonce hex>.<local rank>`
+//! (`backend` is `host` or `cuda`; the nonce is 128 random bits of the
+//! creator's own, told to its peers over MPI only, so nobody outside the
+//! job can know a name before its segment exists). Segments are created
+//! with mode 0600 and unlinked by their creator once every local peer
+//! mapped them, so a job that dies later leaves nothing in `/dev/shm`.
+//! The creator records itself in the control block ([`creator`]); a peer
+//! maps only a segment of its own uid, mode 0600, made by the process it
+//! expects. A job that dies during setup can leave names behind;
+//! [`cleanup_stale`] (run when any backend is created) removes those of
+//! our uid whose creator is dead ([`stale`]).
 //!
 //! The control block (the first [`CONTROL_BYTES`] of every segment) holds
-//! the owner's abort word and abort reason; see [`Mapping::raise_abort`].
+//! the owner's abort word, the creator header and the abort reason; see
+//! [`Mapping::raise_abort`].
 
+mod creator;
+mod stale;
+
+use crate::backend::shared::process;
 use crate::error::{Error, Result};
+pub(crate) use creator::{parse as parse_creator, Creator, HEADER_BYTES};
+pub(crate) use stale::cleanup_stale;
 use std::ffi::CString;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,7 +56,9 @@ pub(crate) const CONTROL_BYTES: usize = 1024;
 /// from the host. High 32 bits: reserved for a device-side failure (the
 /// CUDA kernels write it), kept when the host raises its half.
 const ABORT_OFF: usize = 0;
+// The creator header (`creator.rs`) is at bytes 8..HEADER_BYTES.
 const REASON_CLAIM_OFF: usize = 64;
+const _: () = assert!(HEADER_BYTES <= REASON_CLAIM_OFF);
 const REASON_LEN_OFF: usize = 72;
 /// 0, or 1 + the communicator sequence number of the first call the
 /// failure belongs to (written with the reason, before its length).
@@ -55,15 +67,17 @@ const REASON_OFF: usize = 128;
 /// Longest abort reason kept (bytes).
 pub(crate) const REASON_MAX: usize = CONTROL_BYTES - REASON_OFF;
 
-/// The name of `local_rank`'s segment in a communicator tagged `tag`.
-pub(crate) fn segment_name(owner: SegOwner, pid: u32, tag: u64, local_rank: usize) -> String {
-    format!("/gpucoll.{}.{pid}.{tag:016x}.{local_rank}", owner.label())
+/// The name of `local_rank`'s segment, created by process `pid` with its
+/// random `nonce`.
+pub(crate) fn segment_name(owner: SegOwner, pid: u32, nonce: u128, local_rank: usize) -> String {
+    format!("/gpucoll.{}.{pid}.{nonce:032x}.{local_rank}", owner.label())
 }
 
 /// What a `/dev/shm` entry name (without the leading slash) says about the
-/// segment: `(creator pid, tag, local rank)`, for every name gpucoll ever
-/// wrote; None for anything else.
-pub(crate) fn parse_segment_name(file: &str) -> Option<(u32, u64, usize)> {
+/// segment: `(creator pid, nonce or tag, local rank)`, for every name
+/// gpucoll ever wrote (16 hex digits of a tag in older builds); None for
+/// anything else.
+pub(crate) fn parse_segment_name(file: &str) -> Option<(u32, u128, usize)> {
     let fields: Vec<&str> = if let Some(rest) = file.strip_prefix("gpucoll-cuda-") {
         rest.split('-').collect()
     } else {
@@ -77,8 +91,9 @@ pub(crate) fn parse_segment_name(file: &str) -> Option<(u32, u64, usize)> {
     let [pid, tag, local] = fields[..] else {
         return None;
     };
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if !digits(pid) || !digits(local) || tag.len() != 16 {
+    let digits = |s: &str| !s.is_empty() && s.len() <= 10 && s.bytes().all(|b| b.is_ascii_digit());
+    let hex = (tag.len() == 16 || tag.len() == 32) && tag.bytes().all(|b| b.is_ascii_hexdigit());
+    if !digits(pid) || !digits(local) || !hex {
         return None;
     }
     let pid: u32 = pid.parse().ok()?;
@@ -86,43 +101,11 @@ pub(crate) fn parse_segment_name(file: &str) -> Option<(u32, u64, usize)> {
     if pid == 0 || pid > i32::MAX as u32 {
         return None;
     }
-    Some((pid, u64::from_str_radix(tag, 16).ok()?, local.parse().ok()?))
-}
-
-/// Whether a process with this pid exists (EPERM: it exists, owned by
-/// someone else).
-pub(crate) fn pid_alive(pid: u32) -> bool {
-    if pid == 0 || pid > i32::MAX as u32 {
-        return true; // never treat an invalid pid as dead
-    }
-    // SAFETY: signal 0 only checks for existence and permission.
-    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-}
-
-/// Unlink the gpucoll segments in `/dev/shm` whose creator is dead (left
-/// by a job that crashed during setup), of both backends. Returns how many
-/// were removed.
-pub(crate) fn cleanup_stale() -> usize {
-    let Ok(entries) = std::fs::read_dir(SHM_DIR) else {
-        return 0;
-    };
-    let mut removed = 0;
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let Some((pid, _, _)) = parse_segment_name(name) else {
-            continue;
-        };
-        if pid_alive(pid) {
-            continue;
-        }
-        if unlink(&format!("/{name}")).is_ok() {
-            tracing::debug!("removed stale shared memory segment {name}");
-            removed += 1;
-        }
-    }
-    removed
+    Some((
+        pid,
+        u128::from_str_radix(tag, 16).ok()?,
+        local.parse().ok()?,
+    ))
 }
 
 fn sys_err(call: &'static str, what: &str) -> Error {
@@ -141,6 +124,37 @@ fn unlink(name: &str) -> Result<()> {
     // SAFETY: `c` is a valid NUL-terminated string.
     if unsafe { libc::shm_unlink(c.as_ptr()) } != 0 {
         return Err(sys_err("shm_unlink", name));
+    }
+    Ok(())
+}
+
+/// What `fstat` must say of a peer's segment: a regular file of our
+/// uid, mode 0600 exactly (as [`Mapping::create`] sets it), `len` bytes.
+fn check_stat(name: &str, st: &libc::stat, len: usize) -> Result<()> {
+    let refused = |why: String| {
+        Err(Error::Backend(format!(
+            "shared memory segment {name}: {why}: refused"
+        )))
+    };
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return refused(format!("not a regular file (mode {:o})", st.st_mode));
+    }
+    if st.st_uid != process::euid() {
+        return refused(format!(
+            "owned by uid {}, not ours ({})",
+            st.st_uid,
+            process::euid()
+        ));
+    }
+    if st.st_mode & 0o7777 != 0o600 {
+        return refused(format!("mode {:o}, not 600", st.st_mode & 0o7777));
+    }
+    if st.st_size as u64 != len as u64 {
+        return Err(Error::Backend(format!(
+            "shared memory segment {name} holds {} bytes, expected {len}: the ranks \
+             disagree about the segment layout",
+            st.st_size
+        )));
     }
     Ok(())
 }
@@ -178,11 +192,6 @@ impl AsRef<Mapping> for Mapping {
 }
 
 impl Mapping {
-    /// The segment's `shm_open` name.
-    pub(crate) fn name(&self) -> &str {
-        &self.name
-    }
-
     /// Create, size (zero-filled) and map a new segment of `len` bytes.
     /// The pages are reserved now: on a full `/dev/shm` a later first touch
     /// would kill the process with SIGBUS instead of failing here.
@@ -207,6 +216,11 @@ impl Mapping {
             }
             e
         };
+        // Exactly 0600 whatever the umask: peers refuse any other mode.
+        // SAFETY: `fd` is a valid descriptor we own.
+        if unsafe { libc::fchmod(fd, 0o600) } != 0 {
+            return Err(fail(sys_err("fchmod", name)));
+        }
         // SAFETY: `fd` is a valid descriptor we own.
         if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
             return Err(fail(sys_err("ftruncate", name)));
@@ -227,19 +241,34 @@ impl Mapping {
             }
             // Other errors (file systems without fallocate) are harmless.
         }
+        if len < CONTROL_BYTES {
+            return Err(fail(Error::Backend(format!(
+                "segment {name} of {len} bytes cannot hold the control block"
+            ))));
+        }
         let ptr = map(fd, len).map_err(|e| fail(e.with_name(name)))?;
         // SAFETY: `fd` is ours; the mapping stays valid after closing it.
         unsafe { libc::close(fd) };
-        Ok(Mapping {
+        let m = Mapping {
             ptr,
             len,
             name: name.to_string(),
             linked: true,
-        })
+        };
+        // Peers open the segment only after an MPI round that follows this.
+        for (i, w) in Creator::current().words().iter().enumerate() {
+            m.word(creator::CREATOR_OFF + 8 * i)
+                .store(*w, Ordering::Relaxed);
+        }
+        Ok(m)
     }
 
-    /// Map a peer's segment, which must hold exactly `len` bytes.
-    pub(crate) fn open(name: &str, len: usize) -> Result<Mapping> {
+    /// Map a peer's segment, which must hold exactly `len` bytes and be
+    /// what process `creator` (its pid as it reported it) made: a regular
+    /// file of our uid, mode 0600, whose header names `creator`. Anything
+    /// else (a name planted by another user, a segment of another process)
+    /// is refused before it is used.
+    pub(crate) fn open(name: &str, len: usize, creator: u32) -> Result<Mapping> {
         let c = c_name(name)?;
         // SAFETY: valid C string.
         let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR, 0) };
@@ -255,24 +284,42 @@ impl Mapping {
             unsafe { libc::close(fd) };
             return Err(e);
         }
-        if st.st_size as u64 != len as u64 {
+        if let Err(e) = check_stat(name, &st, len) {
             // SAFETY: `fd` is ours.
             unsafe { libc::close(fd) };
-            return Err(Error::Backend(format!(
-                "shared memory segment {name} holds {} bytes, expected {len}: the ranks \
-                 disagree about the segment layout",
-                st.st_size
-            )));
+            return Err(e);
         }
         let mapped = map(fd, len);
         // SAFETY: `fd` is ours; a mapping stays valid after closing it.
         unsafe { libc::close(fd) };
-        Ok(Mapping {
+        let m = Mapping {
             ptr: mapped.map_err(|e| e.with_name(name))?,
             len,
             name: name.to_string(),
             linked: false,
-        })
+        };
+        let head = m.header_bytes();
+        let found = parse_creator(&head)
+            .map_err(|e| Error::Backend(format!("shared memory segment {name}: {e}")))?;
+        if found.pid != creator || found.uid != process::euid() {
+            return Err(Error::Backend(format!(
+                "shared memory segment {name} was made by pid {} (uid {}), expected pid \
+                 {creator} (uid {}): refused",
+                found.pid,
+                found.uid,
+                process::euid()
+            )));
+        }
+        Ok(m)
+    }
+
+    /// A copy of the abort word and the creator header.
+    fn header_bytes(&self) -> [u8; HEADER_BYTES] {
+        let mut b = [0u8; HEADER_BYTES];
+        for (i, chunk) in b.chunks_exact_mut(8).enumerate() {
+            chunk.copy_from_slice(&self.word(8 * i).load(Ordering::Acquire).to_le_bytes());
+        }
+        b
     }
 
     /// Remove the name (the mapping stays usable): once every peer mapped it.

@@ -74,8 +74,22 @@ impl VmmHandle {
                 0,
             )
         };
+        if r != sys::CUresult::CUDA_SUCCESS || fd < 0 {
+            return None;
+        }
         // SAFETY: on success the driver handed us a new descriptor.
-        (r == sys::CUresult::CUDA_SUCCESS && fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // The driver does not document close-on-exec for it: without it a
+        // concurrent fork + exec would hand our GPU memory to the child.
+        // SAFETY: F_SETFD on a descriptor we own; no pointers.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+            tracing::warn!(
+                "VMM export: FD_CLOEXEC not set ({}); not shared",
+                std::io::Error::last_os_error()
+            );
+            return None;
+        }
+        Some(fd)
     }
 }
 

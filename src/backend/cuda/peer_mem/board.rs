@@ -25,7 +25,9 @@
 //!   generation word raised at every change.
 
 use super::super::shm::{CONTROL_BYTES, STATUS_OFF};
+use super::registry::{vmm_key_buffer, VMM_KEY_MAGIC};
 use crate::backend::shared::shm::Mapping;
+use crate::error::{Error, Result};
 use std::sync::atomic::Ordering;
 
 /// Most ranks of a copy-engine communicator (the direct path's).
@@ -154,70 +156,134 @@ fn slot(call: u64) -> usize {
     BOARD_OFF + (call % 2) as usize * SLOT_BYTES
 }
 
-/// Publish `post` in `own` (in the slot of its call number).
-pub(crate) fn publish(own: &Mapping, post: &Post) {
-    let s = slot(post.number);
-    let w = |i: usize| own.word(s + 8 * i);
-    w(1).store(post.digest, Ordering::Relaxed);
-    w(2).store(post.seq, Ordering::Relaxed);
-    w(3).store(post.note, Ordering::Relaxed);
+/// Bytes of one post as [`encode_post`] lays it out and [`parse_post`]
+/// reads it: [`WORDS`] little-endian words.
+pub(crate) const POST_BYTES: usize = WORDS * 8;
+
+/// The words of `post`, in slot order (the tag first).
+pub(crate) fn encode_post(post: &Post) -> [u8; POST_BYTES] {
+    let mut w = [0u64; WORDS];
+    w[0] = post.number.wrapping_add(1);
+    w[1] = post.digest;
+    w[2] = post.seq;
+    w[3] = post.note;
     for (at, t) in [
         (TARGET_AT, &post.target),
         (SOURCE_AT, &post.source),
         (OFFER_AT, &post.offer),
     ] {
-        match t {
-            Some(t) => {
-                w(at).store(t.share.word(), Ordering::Relaxed);
-                w(at + 1).store(t.buffer_id, Ordering::Relaxed);
-                w(at + 2).store(t.offset, Ordering::Relaxed);
-                w(at + 3).store(t.alloc_bytes, Ordering::Relaxed);
-                for (i, chunk) in t.handle.chunks_exact(8).enumerate() {
-                    let v = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
-                    w(at + 4 + i).store(v, Ordering::Relaxed);
-                }
+        if let Some(t) = t {
+            w[at] = t.share.word();
+            w[at + 1] = t.buffer_id;
+            w[at + 2] = t.offset;
+            w[at + 3] = t.alloc_bytes;
+            for (i, chunk) in t.handle.chunks_exact(8).enumerate() {
+                w[at + 4 + i] = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
             }
-            None => w(at).store(0, Ordering::Relaxed),
         }
     }
-    // Published last: readers that see the tag see the rest.
-    w(0).store(post.number + 1, Ordering::Release);
+    let mut b = [0u8; POST_BYTES];
+    for (i, v) in w.iter().enumerate() {
+        b[8 * i..8 * i + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    b
 }
 
-/// What a peer's slot for call number `call` holds, if anything: the post
-/// of that call, or of the call two before it (a smaller number: not
-/// posted yet). The caller compares sequence numbers and digests.
-pub(crate) fn read(peer: &Mapping, call: u64) -> Option<Post> {
-    let s = slot(call);
-    let w = |i: usize| peer.word(s + 8 * i);
-    let tag = w(0).load(Ordering::Acquire);
-    if tag == 0 {
-        return None;
-    }
-    let target_at = |at: usize| {
-        Share::from_word(w(at).load(Ordering::Relaxed)).map(|share| {
-            let mut handle = [0u8; 64];
-            for (i, chunk) in handle.chunks_exact_mut(8).enumerate() {
-                chunk.copy_from_slice(&w(at + 4 + i).load(Ordering::Relaxed).to_le_bytes());
-            }
-            Target {
-                buffer_id: w(at + 1).load(Ordering::Relaxed),
-                offset: w(at + 2).load(Ordering::Relaxed),
-                alloc_bytes: w(at + 3).load(Ordering::Relaxed),
-                handle,
-                share,
-            }
-        })
+/// The post in a slot's bytes (at least [`POST_BYTES`]), checked: a tag
+/// (0 is an empty slot), known share kinds, every target's offset inside
+/// its allocation, and a VMM target's key naming its own buffer ID. Peers
+/// are trusted, but what they post is used as addresses into mappings, so
+/// it is checked against itself before any use.
+pub(crate) fn parse_post(bytes: &[u8]) -> Result<Post> {
+    let bad = |why: String| Error::Backend(format!("copy-engine post: {why}"));
+    let b = bytes
+        .get(..POST_BYTES)
+        .ok_or_else(|| bad(format!("{} bytes, need {POST_BYTES}", bytes.len())))?;
+    let w = |i: usize| {
+        let mut v = [0u8; 8];
+        v.copy_from_slice(&b[8 * i..8 * i + 8]);
+        u64::from_le_bytes(v)
     };
-    Some(Post {
-        number: tag - 1,
-        seq: w(2).load(Ordering::Relaxed),
-        digest: w(1).load(Ordering::Relaxed),
-        target: target_at(TARGET_AT),
-        source: target_at(SOURCE_AT),
-        note: w(3).load(Ordering::Relaxed),
-        offer: target_at(OFFER_AT),
+    let number = w(0)
+        .checked_sub(1)
+        .ok_or_else(|| bad("empty slot".into()))?;
+    let target_at = |at: usize, what: &str| -> Result<Option<Target>> {
+        if w(at) == 0 {
+            // Absent: written as zeros throughout (`encode_post`).
+            if (at + 1..at + TARGET_WORDS).any(|i| w(i) != 0) {
+                return Err(bad(format!("{what}: absent but not cleared")));
+            }
+            return Ok(None);
+        }
+        let share =
+            Share::from_word(w(at)).ok_or_else(|| bad(format!("{what}: kind {}", w(at))))?;
+        let mut handle = [0u8; 64];
+        handle.copy_from_slice(&b[8 * (at + 4)..8 * (at + 4 + HANDLE_WORDS)]);
+        let t = Target {
+            buffer_id: w(at + 1),
+            offset: w(at + 2),
+            alloc_bytes: w(at + 3),
+            handle,
+            share,
+        };
+        if t.alloc_bytes == 0 || t.offset > t.alloc_bytes {
+            return Err(bad(format!(
+                "{what}: offset {} in an allocation of {} bytes",
+                t.offset, t.alloc_bytes
+            )));
+        }
+        if share.is_vmm()
+            && (u64::from_le_bytes(handle[..8].try_into().unwrap_or([0; 8])) != VMM_KEY_MAGIC
+                || vmm_key_buffer(&handle) != t.buffer_id)
+        {
+            return Err(bad(format!(
+                "{what}: VMM key does not name buffer {}",
+                t.buffer_id
+            )));
+        }
+        Ok(Some(t))
+    };
+    Ok(Post {
+        number,
+        seq: w(2),
+        digest: w(1),
+        target: target_at(TARGET_AT, "target")?,
+        source: target_at(SOURCE_AT, "source")?,
+        note: w(3),
+        offer: target_at(OFFER_AT, "offer")?,
     })
+}
+
+/// Publish `post` in `own` (in the slot of its call number).
+pub(crate) fn publish(own: &Mapping, post: &Post) {
+    let s = slot(post.number);
+    let b = encode_post(post);
+    let word = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]));
+    for i in 1..WORDS {
+        own.word(s + 8 * i).store(word(i), Ordering::Relaxed);
+    }
+    // Published last: readers that see the tag see the rest.
+    own.word(s).store(word(0), Ordering::Release);
+}
+
+/// A peer's post of call number `call`: None while its slot holds another
+/// call (not posted yet: the call two before), an error if the post is
+/// malformed. The caller compares sequence numbers and digests.
+pub(crate) fn read(peer: &Mapping, call: u64) -> Result<Option<Post>> {
+    let s = slot(call);
+    let tag = peer.word(s).load(Ordering::Acquire);
+    if tag.checked_sub(1) != Some(call) {
+        return Ok(None);
+    }
+    // The peer rewrites this slot only after reading our post of the call
+    // after this one: its words are stable while we copy them.
+    let mut b = [0u8; POST_BYTES];
+    b[..8].copy_from_slice(&tag.to_le_bytes());
+    for i in 1..WORDS {
+        let v = peer.word(s + 8 * i).load(Ordering::Relaxed);
+        b[8 * i..8 * i + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    parse_post(&b).map(Some)
 }
 
 /// Share slot `slot` of `own`'s table names `buffer_id` now (0: free);
@@ -242,13 +308,113 @@ pub(crate) fn vmm_shares(peer: &Mapping, buffer_id: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cuda::peer_mem::registry::vmm_key;
+    use crate::testutil::XorShift;
+
+    fn sample() -> Post {
+        let t = Target {
+            buffer_id: 5,
+            offset: 256,
+            alloc_bytes: 2 << 20,
+            handle: std::array::from_fn(|i| 200 - i as u8),
+            share: Share::Ipc,
+        };
+        Post {
+            number: 41,
+            seq: 17,
+            digest: 0xfeed_f00d,
+            target: Some(t),
+            source: Some(Target {
+                buffer_id: 6,
+                share: Share::Vmm,
+                handle: vmm_key(6),
+                ..t
+            }),
+            note: 3,
+            offer: Some(Target {
+                buffer_id: 8,
+                offset: 0,
+                share: Share::VmmFresh,
+                handle: vmm_key(8),
+                ..t
+            }),
+        }
+    }
+
+    #[test]
+    fn malformed_posts_are_refused() {
+        let p = sample();
+        assert_eq!(parse_post(&encode_post(&p)).unwrap(), p);
+        assert!(parse_post(&encode_post(&p)[..POST_BYTES - 8]).is_err());
+        assert!(parse_post(&[0u8; POST_BYTES]).is_err(), "empty slot");
+        let t = p.target.unwrap();
+        for bad in [
+            Target {
+                offset: t.alloc_bytes + 1,
+                ..t
+            },
+            Target {
+                alloc_bytes: 0,
+                offset: 0,
+                ..t
+            },
+            Target {
+                share: Share::Vmm,
+                ..t
+            },
+            Target {
+                share: Share::VmmFresh,
+                handle: vmm_key(t.buffer_id + 1),
+                ..t
+            },
+        ] {
+            let q = Post {
+                target: Some(bad),
+                ..p
+            };
+            assert!(parse_post(&encode_post(&q)).is_err(), "{bad:?}");
+        }
+        let mut b = encode_post(&p);
+        b[8 * TARGET_AT] = 4;
+        assert!(parse_post(&b).is_err(), "unknown share kind");
+        // A target that ends its allocation (an empty buffer) is fine.
+        let edge = Post {
+            target: Some(Target {
+                offset: t.alloc_bytes,
+                ..t
+            }),
+            ..p
+        };
+        assert!(parse_post(&encode_post(&edge)).is_ok());
+    }
+
+    /// Random and mutated posts: no panic; every accepted one keeps its
+    /// targets inside their allocations and encodes back to the input.
+    #[test]
+    fn random_posts_never_panic() {
+        let mut rng = XorShift::new(0xb0a2d);
+        let valid = encode_post(&sample());
+        for i in 0..30_000 {
+            let b = if i % 6 == 0 {
+                rng.bytes_below(POST_BYTES as u64 + 16)
+            } else {
+                rng.mutate(&valid)
+            };
+            if let Ok(p) = parse_post(&b) {
+                for t in [p.target, p.source, p.offer].into_iter().flatten() {
+                    assert!(t.offset <= t.alloc_bytes && t.alloc_bytes > 0);
+                }
+                assert_eq!(encode_post(&p)[..], b[..POST_BYTES]);
+            }
+        }
+    }
 
     #[test]
     fn posts_round_trip_and_alternate_slots() {
         let name = format!("/gpucoll.test.ceboard.{}", std::process::id());
         let mut m = Mapping::create(&name, CONTROL_BYTES).unwrap();
         m.unlink().unwrap();
-        assert_eq!(read(&m, 0), None);
+        assert_eq!(read(&m, 0).unwrap(), None);
         let t = Target {
             buffer_id: 77,
             offset: 4096,
@@ -266,8 +432,8 @@ mod tests {
             offer: None,
         };
         publish(&m, &a);
-        assert_eq!(read(&m, 0), Some(a));
-        assert_eq!(read(&m, 1), None);
+        assert_eq!(read(&m, 0).unwrap(), Some(a));
+        assert_eq!(read(&m, 1).unwrap(), None);
         let b = Post {
             number: 1,
             seq: 12,
@@ -276,20 +442,22 @@ mod tests {
             source: Some(Target {
                 offset: 8,
                 share: Share::VmmFresh,
+                handle: vmm_key(77),
                 ..t
             }),
             note: 0b101,
             offer: Some(Target {
                 buffer_id: 9,
                 share: Share::VmmFresh,
+                handle: vmm_key(9),
                 ..t
             }),
         };
         publish(&m, &b);
-        assert_eq!(read(&m, 1), Some(b));
-        assert_eq!(read(&m, 0), Some(a));
-        // Call 2 reuses slot 0: until posted, the slot shows call 0.
-        assert_eq!(read(&m, 2), Some(a));
+        assert_eq!(read(&m, 1).unwrap(), Some(b));
+        assert_eq!(read(&m, 0).unwrap(), Some(a));
+        // Call 2 reuses slot 0: until posted, the slot holds call 0's.
+        assert_eq!(read(&m, 2).unwrap(), None);
         // A registration takes the next call's sequence number.
         let c = Post {
             number: 2,
@@ -297,7 +465,7 @@ mod tests {
             ..b
         };
         publish(&m, &c);
-        assert_eq!(read(&m, 2), Some(c));
+        assert_eq!(read(&m, 2).unwrap(), Some(c));
     }
 
     #[test]
@@ -313,7 +481,7 @@ mod tests {
         vmm_set(&m, VMM_SLOTS - 1, 0);
         assert!(!vmm_shares(&m, 42));
         // The board's slots are untouched by the table.
-        assert_eq!(read(&m, 0), None);
+        assert_eq!(read(&m, 0).unwrap(), None);
     }
 
     #[test]

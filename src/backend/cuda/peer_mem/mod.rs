@@ -41,7 +41,8 @@
 //!
 //! VMM allocations (`cuMemCreate`) cannot be exported as IPC handles: a
 //! registration, or the copy-engine calls receiving into them, share them
-//! as file descriptors instead (`vmm.rs`, `fdpass.rs`).
+//! as file descriptors instead (`vmm.rs`), over links between the ranks
+//! that bring-up authenticated (`fdmesh.rs`, `fdpass.rs`).
 //!
 //! Every stream operation is captured into CUDA graphs like kernels are;
 //! the flags are reset by the waiter, so replays repeat the same stores.
@@ -58,6 +59,7 @@
 //! (`CudaShared::ce_release`, `run.rs`), and the communicator is failed.
 
 mod board;
+mod fdmesh;
 mod fdpass;
 mod peer;
 mod register;
@@ -68,11 +70,19 @@ mod vmm;
 
 use super::handles::{Event, Stream};
 use crate::config::RegisteredMode;
-use fdpass::{FdSocket, Words};
+pub(super) use board::MAX_RANKS;
+pub(super) use fdmesh::FdMesh;
 use registry::Registry;
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
+
+/// The parsers of what peers write (board posts, descriptor messages, the
+/// socket name exchange), for `crate::fuzzing`.
+pub(crate) mod parsers {
+    pub(crate) use super::board::parse_post;
+    pub(crate) use super::fdmesh::parse_names as socket_names;
+    pub(crate) use super::fdpass::parse_message as fd_message;
+}
 
 /// The copy-engine state of one communicator.
 pub(super) struct CopyEngines {
@@ -93,9 +103,10 @@ pub(super) struct CopyEngines {
     /// Batches the driver refused in a row: at [`run::BATCH_MAX_REFUSALS`]
     /// batch copies are turned off.
     batch_refusals: AtomicU32,
-    /// Where peers send descriptors of VMM allocations (bound at the
-    /// first registration; None if that failed).
-    socket: OnceLock<Option<FdSocket>>,
+    /// The links VMM descriptors pass over, set up at bring-up (None:
+    /// not a single-node communicator, or the links did not come up on
+    /// every rank; then no rank shares VMM memory directly).
+    mesh: Option<FdMesh>,
     state: Mutex<State>,
 }
 
@@ -107,13 +118,12 @@ pub(super) struct State {
     lanes: Vec<Stream>,
     fork: Option<Event>,
     joins: Vec<Event>,
-    /// Descriptors received before the registration step that takes them.
-    fd_stash: Vec<(Words, OwnedFd)>,
 }
 
 impl CopyEngines {
-    /// Nothing set up yet, for a backend on GPU `device`.
-    pub(super) fn new(device: i32, peer_mode: RegisteredMode) -> CopyEngines {
+    /// Nothing set up yet but the descriptor links, for a backend on GPU
+    /// `device`.
+    pub(super) fn new(device: i32, peer_mode: RegisteredMode, mesh: Option<FdMesh>) -> CopyEngines {
         let batch = std::env::var("GPUCOLL_CE_BATCH").ok().as_deref() != Some("0");
         CopyEngines {
             used: AtomicBool::new(false),
@@ -122,14 +132,13 @@ impl CopyEngines {
             peer_calls: AtomicU64::new(0),
             batch: AtomicBool::new(batch),
             batch_refusals: AtomicU32::new(0),
-            socket: OnceLock::new(),
+            mesh,
             state: Mutex::new(State {
                 calls: 0,
                 registry: Registry::new(device),
                 lanes: Vec::new(),
                 fork: None,
                 joins: Vec::new(),
-                fd_stash: Vec::new(),
             }),
         }
     }

@@ -69,8 +69,8 @@ impl CudaShared {
         st.calls += 1;
         let mut target = None;
         let mut fresh = None;
-        // Bound before our post: a peer that reads it may send to us.
-        let socket = self.fd_socket().is_some();
+        // Descriptor links (set up at bring-up, the same on every rank).
+        let socket = self.fd_mesh().is_some();
         if refused.is_none() && buf.bytes() > 0 {
             if let Some(a) = driver::allocation_of(buf.addr)? {
                 let bytes = buf.bytes();

@@ -105,7 +105,7 @@ struct Opened {
 /// The first word of a VMM allocation's key (the rest: the owner's process
 /// ID and the allocation's buffer ID), never the start of an IPC handle
 /// we post: those carry the driver's own layout.
-const VMM_KEY_MAGIC: u64 = 0x6763_766d_6d5f_6664;
+pub(crate) const VMM_KEY_MAGIC: u64 = 0x6763_766d_6d5f_6664;
 
 /// The key a VMM allocation is known by in posts and caches: unique per
 /// allocation of a process, and the same for every communicator.
@@ -118,7 +118,7 @@ pub(crate) fn vmm_key(buffer_id: u64) -> Handle {
 }
 
 /// The owner's buffer ID in a VMM key.
-fn vmm_key_buffer(h: &Handle) -> u64 {
+pub(crate) fn vmm_key_buffer(h: &Handle) -> u64 {
     u64::from_le_bytes(h[16..24].try_into().unwrap_or([0; 8]))
 }
 

@@ -117,9 +117,6 @@ impl CudaShared {
             note: 0,
             offer: fresh.as_ref().map(|f| f.target(call.output.addr)),
         };
-        // Bound before our post: a peer that read it may send us a
-        // descriptor (binds once; None: offers fail, as agreed later).
-        let _ = self.fd_socket();
         board::publish(self.own().as_ref(), &post);
         self.queue_ce(
             call, &sched, &post, &mut st, stream, captured, notify, bounce, fresh,
@@ -151,6 +148,9 @@ impl CudaShared {
             self.vmm_exchange(st, call.seq, post.number, &offers, fresh.as_ref(), false)?;
         }
         let mut peer_out = vec![0u64; n];
+        // Bytes from each peer's posted offset to the end of its allocation:
+        // no push may land beyond them.
+        let mut room = vec![0u64; n];
         for &p in &sched.sends_to {
             let t = posts[p].and_then(|q| q.target).ok_or_else(|| {
                 Error::Backend(format!(
@@ -158,7 +158,22 @@ impl CudaShared {
                     call.seq
                 ))
             })?;
+            room[p] = t.alloc_bytes - t.offset;
             peer_out[p] = st.registry.open(p, &t, captured)? + t.offset;
+        }
+        if let Some(c) = sched
+            .copies
+            .iter()
+            .find(|c| c.to != me && c.bytes > 0 && c.dst_off.saturating_add(c.bytes) > room[c.to])
+        {
+            return Err(Error::ProtocolMismatch {
+                peer: c.to,
+                detail: format!(
+                    "copy-engine collective #{}: {} bytes at {} do not fit the {} bytes rank {} \
+                     posted",
+                    call.seq, c.bytes, c.dst_off, room[c.to], c.to
+                ),
+            });
         }
         self.ce_evict(st, stream, captured)?;
         tracing::debug!(
@@ -338,8 +353,21 @@ impl CudaShared {
                 if slot.is_some() {
                     continue;
                 }
-                match board::read(self.segs[p].as_ref(), mine.number) {
-                    Some(q) if q.number == mine.number => {
+                let read = board::read(self.segs[p].as_ref(), mine.number).map_err(|e| {
+                    Error::ProtocolMismatch {
+                        peer: p,
+                        detail: format!("copy-engine call {}: {e}", mine.number),
+                    }
+                });
+                let read = match read {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.mark_failed(e.to_string());
+                        return Err(e);
+                    }
+                };
+                match read {
+                    Some(q) => {
                         if q.seq != mine.seq || q.digest != mine.digest {
                             let e = Error::ProtocolMismatch {
                                 peer: p,
@@ -356,7 +384,7 @@ impl CudaShared {
                         }
                         *slot = Some(q);
                     }
-                    _ => missing = Some(p),
+                    None => missing = Some(p),
                 }
             }
             let Some(p) = missing else {

@@ -1,8 +1,8 @@
 //! VMM allocations (`cuMemCreate` + `cuMemMap`) as peers' targets.
 //! Legacy IPC refuses them; their physical allocation is exported as a
 //! POSIX file descriptor instead (when it was created exportable as one),
-//! passed to each peer through the ranks' sockets (`fdpass.rs`), and
-//! imported and mapped there.
+//! passed to each peer over the links bring-up authenticated
+//! (`fdmesh.rs`), and imported and mapped there.
 //!
 //! A descriptor can be imported once, not opened again at a later call as
 //! an IPC handle can, so the rules differ from IPC's:
@@ -32,7 +32,8 @@ use super::super::driver::Allocation;
 use super::super::driver::CUstream;
 use super::super::state::CudaShared;
 use super::board::{self, Post, Share, Target, VMM_SLOTS};
-use super::fdpass::{FdSocket, Words};
+use super::fdmesh::FdMesh;
+use super::fdpass::Words;
 use super::registry::vmm_key;
 use super::State;
 use crate::backend::shared::shm::Mapping;
@@ -85,26 +86,10 @@ pub(super) fn fresh_offers(
 }
 
 impl CudaShared {
-    /// The socket peers send descriptors to, bound at the first
-    /// registration (before its post, so a peer that read the post can
-    /// send). None when it cannot be bound: VMM allocations are then
-    /// neither shared nor imported.
-    pub(super) fn fd_socket(&self) -> Option<&FdSocket> {
-        self.ce
-            .socket
-            .get_or_init(|| {
-                let own: &Mapping = self.own().as_ref();
-                let name = own.name().to_string();
-                FdSocket::bind(&name)
-                    .inspect_err(|e| {
-                        tracing::warn!(
-                            rank = self.rank,
-                            "VMM allocations will not be registered directly: {e}"
-                        )
-                    })
-                    .ok()
-            })
-            .as_ref()
+    /// The links descriptors pass over (None: VMM allocations are neither
+    /// shared nor imported, on every rank alike).
+    pub(super) fn fd_mesh(&self) -> Option<&FdMesh> {
+        self.ce.mesh.as_ref()
     }
 
     /// After the posts of call `number` (every rank calls this when any
@@ -124,16 +109,18 @@ impl CudaShared {
     ) -> Result<u64> {
         let (n, me) = (self.nranks, self.rank);
         let mut failed = 0u64;
-        let socket = self.fd_socket();
+        let mesh = self.fd_mesh();
+        let wait = FD_WAIT.min(self.timeout);
         if let Some(f) = fresh {
             // Listed before the agreement's post, so a peer that reads it
             // sees the slot when it looks at our table.
             board::vmm_set(self.own().as_ref(), f.slot, f.alloc.buffer_id);
             let words: Words = [number, me as u64, f.alloc.buffer_id];
+            let deadline = Instant::now() + wait;
             for p in (0..n).filter(|&p| p != me) {
-                let sent = match socket {
-                    Some(s) => self.send_fd(s, p, &words, &f.fd),
-                    None => Err(Error::Backend("no socket".into())),
+                let sent = match mesh {
+                    Some(m) => m.send(p, &words, &f.fd, deadline),
+                    None => Err(Error::Backend("no descriptor links".into())),
                 };
                 if let Err(e) = sent {
                     tracing::warn!(rank = me, peer = p, "VMM descriptor not sent: {e}");
@@ -141,12 +128,14 @@ impl CudaShared {
                 }
             }
         }
+        let deadline = Instant::now() + wait;
         for (p, t) in offers {
-            let imported = match socket {
-                Some(s) => self
-                    .await_fd(s, st, number, *p, t.buffer_id)
+            let want: Words = [number, *p as u64, t.buffer_id];
+            let imported = match mesh {
+                Some(m) => m
+                    .recv(*p, &want, deadline, &mut || self.exchange_check())
                     .and_then(|fd| st.registry.import_vmm(*p, t, &fd)),
-                None => Err(Error::Backend("no socket".into())),
+                None => Err(Error::Backend("no descriptor links".into())),
             };
             if let Err(e) = imported {
                 tracing::warn!(rank = me, peer = *p, "VMM allocation not imported: {e}");
@@ -167,6 +156,11 @@ impl CudaShared {
         st.calls += 1;
         board::publish(self.own().as_ref(), &agree);
         let all = self.await_posts(&agree)?;
+        // Every peer sent what it sends in this exchange before its
+        // agreement post: whatever still waits is late or unexpected.
+        if let Some(m) = mesh {
+            m.drain();
+        }
         let failed = all.iter().flatten().fold(0, |acc, q| acc | q.note);
         for (p, t) in offers {
             if failed & 1 << p != 0 {
@@ -191,55 +185,16 @@ impl CudaShared {
         Ok(failed)
     }
 
-    /// Send `fd` to rank `p`, retrying while its socket buffer is full.
-    fn send_fd(&self, s: &FdSocket, p: usize, words: &Words, fd: &OwnedFd) -> Result<()> {
-        let seg: &Mapping = self.segs[p].as_ref();
-        let peer = seg.name().to_string();
-        let start = Instant::now();
-        while !s.send(&peer, words, fd)? {
-            if start.elapsed() >= FD_WAIT {
-                return Err(Error::Backend(format!("rank {p}'s socket stayed full")));
-            }
-            std::thread::sleep(Duration::from_micros(50));
+    /// Whether a wait for a descriptor may go on: not when the node
+    /// failed or a local peer died.
+    fn exchange_check(&self) -> Result<()> {
+        if self.own().abort_word() != 0 {
+            return Err(self.state_error().unwrap_or(Error::Aborted));
+        }
+        if let Some(e) = self.liveness.dead() {
+            return Err(e);
         }
         Ok(())
-    }
-
-    /// The descriptor rank `p` sends for call `number` and its buffer
-    /// `buffer_id`. Messages of other peers of the same call wait in the
-    /// stash; those of earlier calls (a wait that gave up) are closed.
-    fn await_fd(
-        &self,
-        s: &FdSocket,
-        st: &mut State,
-        number: u64,
-        p: usize,
-        buffer_id: u64,
-    ) -> Result<OwnedFd> {
-        let want: Words = [number, p as u64, buffer_id];
-        let start = Instant::now();
-        loop {
-            while let Some(m) = s.try_recv()? {
-                st.fd_stash.push(m);
-            }
-            st.fd_stash.retain(|(w, _)| w[0] >= number);
-            if let Some(i) = st.fd_stash.iter().position(|(w, _)| *w == want) {
-                return Ok(st.fd_stash.swap_remove(i).1);
-            }
-            if self.own().abort_word() != 0 {
-                return Err(self.state_error().unwrap_or(Error::Aborted));
-            }
-            if let Some(e) = self.liveness.dead() {
-                return Err(e);
-            }
-            if start.elapsed() >= FD_WAIT.min(self.timeout) {
-                return Err(Error::Backend(format!(
-                    "no descriptor from rank {p} within {:?}",
-                    FD_WAIT.min(self.timeout)
-                )));
-            }
-            std::thread::sleep(Duration::from_micros(20));
-        }
     }
 
     /// Release the imports peers stopped sharing, then evict beyond the
@@ -263,8 +218,8 @@ impl CudaShared {
     }
 
     /// A VMM allocation `alloc` (holding `bytes` at `addr`) that a
-    /// copy-engine call may offer, if it is one, fits, and the socket is
-    /// bound.
+    /// copy-engine call may offer, if it is one, fits, and descriptors can
+    /// pass.
     pub(super) fn offer_vmm(
         &self,
         st: &mut State,
@@ -276,7 +231,7 @@ impl CudaShared {
             return Ok(None);
         };
         let fits = addr.saturating_add(bytes) <= a.base.saturating_add(a.bytes);
-        if !fits || !st.registry.vmm_may_offer(a.buffer_id) || self.fd_socket().is_none() {
+        if !fits || !st.registry.vmm_may_offer(a.buffer_id) || self.fd_mesh().is_none() {
             return Ok(None);
         }
         // Before a new share: stop sharing every freed one, so that dead

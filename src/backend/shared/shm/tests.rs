@@ -1,4 +1,5 @@
 use super::*;
+use crate::backend::shared::process::pid_alive;
 use std::path::Path;
 
 fn dead_pid() -> u32 {
@@ -24,13 +25,13 @@ fn leave_behind(name: &str) {
 #[test]
 fn names_round_trip() {
     let n = segment_name(SegOwner::Host, 4242, 0xdead_beef_0000_0001, 3);
-    assert_eq!(n, "/gpucoll.host.4242.deadbeef00000001.3");
+    assert_eq!(n, "/gpucoll.host.4242.0000000000000000deadbeef00000001.3");
     assert_eq!(
         parse_segment_name(&n[1..]),
         Some((4242, 0xdead_beef_0000_0001, 3))
     );
     let c = segment_name(SegOwner::Cuda, 7, 0xabc, 0);
-    assert_eq!(c, "/gpucoll.cuda.7.0000000000000abc.0");
+    assert_eq!(c, "/gpucoll.cuda.7.00000000000000000000000000000abc.0");
     assert_eq!(parse_segment_name(&c[1..]), Some((7, 0xabc, 0)));
     // Names of earlier builds of both backends.
     assert_eq!(
@@ -74,28 +75,63 @@ fn liveness() {
     assert!(pid_alive(0), "invalid pids are never 'dead'");
 }
 
-/// A CUDA job that died during setup left its segments (under the name the
-/// CUDA backend uses today and under the shared scheme); the start-up
-/// cleanup every backend runs removes them, and keeps a live process's.
+/// Create `name` as process `creator` would have, and forget it as a
+/// crashed process would: the name stays in /dev/shm, the mapping goes.
+fn leave_behind_as(name: &str, creator: Creator) {
+    let mut m = Mapping::create(name, CONTROL_BYTES).unwrap();
+    for (i, w) in creator.words().iter().enumerate() {
+        m.word(creator::CREATOR_OFF + 8 * i)
+            .store(*w, Ordering::Relaxed);
+    }
+    m.linked = false;
+}
+
+/// A job that died during setup left its segments; the start-up cleanup
+/// every backend runs removes them, and keeps a live process's, a segment
+/// whose pid was reused (start time differs is stale, same is alive), one
+/// of another PID namespace and one without a header.
 #[test]
-fn stale_cuda_segments_are_removed_live_ones_kept() {
-    let tag = 0xc0da_0000_0000_0000 | std::process::id() as u64;
-    let dead = dead_pid();
-    let legacy = format!("/gpucoll-cuda-{dead}-{tag:016x}-0");
-    let shared = segment_name(SegOwner::Cuda, dead, tag, 1);
-    let live_legacy = format!("/gpucoll-cuda-{}-{tag:016x}-2", std::process::id());
-    let live = segment_name(SegOwner::Cuda, std::process::id(), tag, 3);
-    leave_behind(&legacy);
-    leave_behind(&shared);
-    leave_behind(&live_legacy);
+fn stale_segments_are_removed_live_ones_kept() {
+    let nonce = 0xc0da_0000_0000_0000_0000_0000_0000_0000u128 | u128::from(std::process::id());
+    let me = Creator::current();
+    let dead = Creator {
+        pid: dead_pid(),
+        ..me
+    };
+    let stale = segment_name(SegOwner::Cuda, dead.pid, nonce, 1);
+    leave_behind_as(&stale, dead);
+    // Our pid, but a start time that is not ours: the pid was reused.
+    let reused = segment_name(SegOwner::Host, me.pid, nonce, 2);
+    leave_behind_as(
+        &reused,
+        Creator {
+            start: me.start + 1,
+            ..me
+        },
+    );
+    let other_ns = segment_name(SegOwner::Host, dead.pid, nonce, 3);
+    leave_behind_as(
+        &other_ns,
+        Creator {
+            pidns: me.pidns ^ 1,
+            ..dead
+        },
+    );
+    let headerless = segment_name(SegOwner::Host, dead.pid, nonce, 4);
+    leave_behind(&headerless);
+    let live = segment_name(SegOwner::Cuda, me.pid, nonce, 5);
     let mut live_seg = Mapping::create(&live, CONTROL_BYTES).unwrap();
-    assert!(exists(&legacy) && exists(&shared) && exists(&live_legacy));
+    for n in [&stale, &reused, &other_ns, &headerless, &live] {
+        assert!(exists(n), "{n}");
+    }
     assert!(cleanup_stale() >= 2);
-    assert!(!exists(&legacy), "stale CUDA segment of a dead pid removed");
-    assert!(!exists(&shared), "stale segment of a dead pid removed");
-    assert!(exists(&live_legacy), "a live process's segment is kept");
-    assert!(exists(&live));
-    unlink(&live_legacy).unwrap();
+    assert!(!exists(&stale), "stale segment of a dead pid removed");
+    assert!(!exists(&reused), "segment of a reused pid removed");
+    assert!(exists(&other_ns), "another PID namespace's segment is kept");
+    assert!(exists(&headerless), "a segment without a header is kept");
+    assert!(exists(&live), "a live process's segment is kept");
+    unlink(&other_ns).unwrap();
+    unlink(&headerless).unwrap();
     live_seg.unlink().unwrap();
     assert!(!exists(&live));
 }
@@ -103,17 +139,25 @@ fn stale_cuda_segments_are_removed_live_ones_kept() {
 #[test]
 fn created_with_mode_0600_and_checked_on_open() {
     use std::os::unix::fs::PermissionsExt;
-    let name = segment_name(SegOwner::Host, std::process::id(), 0x0600, 9);
+    let me = std::process::id();
+    let name = segment_name(SegOwner::Host, me, 0x0600, 9);
     let mut own = Mapping::create(&name, 4 * CONTROL_BYTES).unwrap();
     let mode = std::fs::metadata(format!("{SHM_DIR}{name}"))
         .unwrap()
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600);
-    assert!(Mapping::open(&name, CONTROL_BYTES).is_err(), "size checked");
-    let peer = Mapping::open(&name, 4 * CONTROL_BYTES).unwrap();
+    assert!(
+        Mapping::open(&name, CONTROL_BYTES, me).is_err(),
+        "size checked"
+    );
+    assert!(
+        Mapping::open(&name, 4 * CONTROL_BYTES, me + 1).is_err(),
+        "creator pid checked"
+    );
+    let peer = Mapping::open(&name, 4 * CONTROL_BYTES, me).unwrap();
     own.unlink().unwrap();
-    assert!(Mapping::open(&name, 4 * CONTROL_BYTES).is_err());
+    assert!(Mapping::open(&name, 4 * CONTROL_BYTES, me).is_err());
     assert!(!exists(&name));
 
     assert_eq!(peer.abort_raiser(), None);
