@@ -305,7 +305,7 @@ fn map_segments(mpi: &MpiComm, topo: &Topology, a: &Agreed) -> Result<Vec<Arc<Se
 /// that do not come up everywhere only turn descriptor passing off.
 fn fd_links(mpi: &MpiComm, topo: &Topology, a: &Agreed, config: &Config) -> Result<Option<FdMesh>> {
     let n = topo.nranks;
-    if topo.nnodes() > 1 || n < 2 || n > peer_mem::MAX_RANKS {
+    if topo.nnodes() > 1 || !(2..=peer_mem::MAX_RANKS).contains(&n) {
         return Ok(None);
     }
     let wait = config.timeout.min(std::time::Duration::from_secs(30));

@@ -87,8 +87,8 @@ mod watchdog;
 
 /// The parsers of bytes that other processes wrote, for `crate::fuzzing`.
 pub(crate) mod parsers {
-    pub(crate) use super::peer_mem::parsers::*;
     pub(crate) use super::exchange::parse as setup_exchange;
+    pub(crate) use super::peer_mem::parsers::*;
 }
 
 pub use backend::CudaBackend;

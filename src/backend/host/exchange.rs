@@ -153,7 +153,7 @@ mod tests {
     /// back to the same bytes and keeps every bound.
     #[test]
     fn random_exchanges_never_panic() {
-        let mut rng = XorShift::new(0x4057_5e7);
+        let mut rng = XorShift::new(0x0405_75e7);
         let valid: Vec<u8> = (0..2).flat_map(|r| sample(r).encode()).collect();
         for i in 0..20_000 {
             let b = if i % 5 == 0 {

@@ -555,7 +555,7 @@ fn flood(
             }
             say(ready, true);
         }
-        queued.min(200) as i32
+        queued.min(200)
     }
 }
 
