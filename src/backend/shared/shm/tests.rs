@@ -174,3 +174,46 @@ fn created_with_mode_0600_and_checked_on_open() {
     assert_eq!(peer.abort_word() >> 32, 7);
     assert_eq!(peer.reason().as_deref(), Some("rank 5: boom"));
 }
+
+/// A name made by someone else (a co-tenant guessing it, or planting a
+/// file for a peer to map) is refused on both sides: creating over it
+/// fails cleanly, and opening a file of another uid, of another mode or
+/// of another creator is an error before anything is mapped.
+#[test]
+fn planted_and_squatted_segments_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let me = std::process::id();
+    let path = |n: &str| format!("{SHM_DIR}{n}");
+
+    // A squatter took the name first: create fails, the file is untouched.
+    let squatted = segment_name(SegOwner::Cuda, me, 0x5a7, 1);
+    std::fs::write(path(&squatted), b"squatter").unwrap();
+    let e = Mapping::create(&squatted, CONTROL_BYTES).err().expect("refused");
+    assert!(e.to_string().contains(&squatted), "{e}");
+    assert_eq!(std::fs::read(path(&squatted)).unwrap(), b"squatter");
+    unlink(&squatted).unwrap();
+
+    // Our uid, but readable by others: refused on open.
+    let loose = segment_name(SegOwner::Host, me, 0x5a7, 2);
+    let mut own = Mapping::create(&loose, CONTROL_BYTES).unwrap();
+    std::fs::set_permissions(path(&loose), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = Mapping::open(&loose, CONTROL_BYTES, me).err().expect("refused");
+    assert!(e.to_string().contains("mode 644"), "{e}");
+    own.unlink().unwrap();
+
+    // Another uid's file (root can make one; as another user the kernel
+    // already keeps us from owning a file for someone else).
+    if process::euid() != 0 {
+        println!("planted_and_squatted_segments_are_refused: not root, another uid's file skipped");
+        return;
+    }
+    let planted = segment_name(SegOwner::Cuda, me, 0x5a7, 3);
+    let mut own = Mapping::create(&planted, CONTROL_BYTES).unwrap();
+    let c = std::ffi::CString::new(path(&planted)).unwrap();
+    // SAFETY: a valid C string; nobody (65534) is not us.
+    assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+    let e = Mapping::open(&planted, CONTROL_BYTES, me).err().expect("refused");
+    assert!(e.to_string().contains("owned by uid 65534"), "{e}");
+    own.unlink().unwrap();
+    assert!(!exists(&planted));
+}
