@@ -1,16 +1,16 @@
 //! Communicators: creation from MPI, split/duplicate, rank and node facts.
 //!
 //! Creating a communicator is collective over its ranks: they agree on the
-//! `GPUCOLL_*` settings that steer planning, discover which ranks share a
-//! node, and set up the backend and the engine.
+//! `GPUCOLL_*` settings that steer planning (`config::agree`), discover
+//! which ranks share a node (`topo::discover`), and set up the backend and
+//! the engine.
 
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::mpi::MpiComm;
 use crate::mpi::Runtime;
-use crate::mpi::{self, MpiComm};
 use crate::topo::Topology;
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -79,9 +79,9 @@ fn create_on(
     config: Result<Config>,
 ) -> Result<Communicator> {
     let mpi = mpi.with_runtime(runtime.clone());
-    let config = agree_config(&mpi, config)?;
-    let topo = discover_topology(&mpi, &config)?;
-    log_topology(&topo);
+    let config = crate::config::agree(&mpi, config)?;
+    let topo = crate::topo::discover(&mpi, &config)?;
+    crate::topo::log(&topo);
     let mpi = Arc::new(mpi);
     let backend = crate::backend::create(&runtime, mpi.clone(), &topo, &config, device)?;
     let engine = Engine::new(backend, topo.clone(), config.clone());
@@ -415,269 +415,5 @@ impl fmt::Debug for Communicator {
             .field("nnodes", &self.nnodes())
             .field("freed", &self.is_freed())
             .finish()
-    }
-}
-
-/// 64-bit FNV-1a: a hash that is the same in every process and Rust version.
-fn fnv1a(parts: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in parts {
-        for &b in *part {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        // Separate parts so that ("ab", "c") and ("a", "bc") differ.
-        h ^= 0xff;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
-/// The settings that must be equal on all ranks, by variable name.
-fn config_fields(c: &Config) -> Vec<(&'static str, String)> {
-    fn shown<T: ToString>(v: Option<T>) -> String {
-        v.map(|v| v.to_string()).unwrap_or_else(|| "(unset)".into())
-    }
-    vec![
-        ("GPUCOLL_ALGO", shown(c.algo.map(|a| a.name()))),
-        ("GPUCOLL_PROTO", shown(c.proto.map(|p| p.name()))),
-        ("GPUCOLL_NCHANNELS", shown(c.nchannels)),
-        ("GPUCOLL_CHECK", u8::from(c.check).to_string()),
-        ("GPUCOLL_SIM_NODES", shown(c.sim_nodes)),
-        ("GPUCOLL_TIMEOUT", c.timeout.as_secs_f64().to_string()),
-        ("GPUCOLL_BACKEND", shown(c.backend.as_ref())),
-        ("GPUCOLL_HOST_SLOT_BYTES", shown(c.host_slot_bytes)),
-        ("GPUCOLL_P2P_DISABLE", u8::from(c.p2p_disable).to_string()),
-        ("GPUCOLL_CE", c.ce.name().to_string()),
-        ("GPUCOLL_REGISTERED", c.registered.name().to_string()),
-        (
-            "GPUCOLL_LEGACY_STREAM_ORDER",
-            u8::from(c.legacy_stream_order).to_string(),
-        ),
-        // The id itself is per rank; whether it is set must agree.
-        (
-            "GPUCOLL_NODE_ID",
-            if c.node_id.is_some() {
-                "(set)"
-            } else {
-                "(unset)"
-            }
-            .to_string(),
-        ),
-    ]
-}
-
-const CONFIG_FIELDS: usize = 13;
-/// Per-rank record of the config exchange: a status word, then one digest per field.
-const CONFIG_RECORD: usize = 8 * (1 + CONFIG_FIELDS);
-
-fn config_digest(c: &Config) -> Vec<u64> {
-    config_fields(c)
-        .iter()
-        .map(|(name, value)| fnv1a(&[name.as_bytes(), value.as_bytes()]))
-        .collect()
-}
-
-/// The first field (index) on which some rank differs from rank 0, and that rank.
-fn find_mismatch(digests: &[Vec<u64>]) -> Option<(usize, usize)> {
-    let first = digests.first()?;
-    (0..first.len()).find_map(|field| {
-        digests
-            .iter()
-            .position(|d| d.get(field) != first.get(field))
-            .map(|rank| (field, rank))
-    })
-}
-
-fn encode_u64s(words: &[u64]) -> Vec<u8> {
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
-}
-
-fn decode_u64s(bytes: &[u8]) -> Vec<u64> {
-    bytes
-        .chunks_exact(8)
-        .map(|c| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(c);
-            u64::from_le_bytes(b)
-        })
-        .collect()
-}
-
-/// Exchange the planning-relevant settings and fail on every rank if any
-/// rank could not parse its variables or if ranks disagree. Always takes
-/// part in the exchange, so no rank is left waiting.
-fn agree_config(mpi: &MpiComm, mine: Result<Config>) -> Result<Config> {
-    let mut record = Vec::with_capacity(1 + CONFIG_FIELDS);
-    match &mine {
-        Ok(c) => {
-            record.push(0);
-            record.extend(config_digest(c));
-        }
-        Err(_) => {
-            record.push(1);
-            record.extend(std::iter::repeat(0).take(CONFIG_FIELDS));
-        }
-    }
-    let all = mpi.allgather_bytes(&encode_u64s(&record))?;
-    let config = mine?;
-    let records: Vec<Vec<u64>> = all.chunks_exact(CONFIG_RECORD).map(decode_u64s).collect();
-    if let Some(bad) = records.iter().position(|r| r.first() != Some(&0)) {
-        return Err(Error::Config {
-            name: "GPUCOLL_*",
-            value: "?".into(),
-            reason: format!("rank {bad} has an invalid GPUCOLL_* variable (see its error)"),
-        });
-    }
-    let digests: Vec<Vec<u64>> = records.into_iter().map(|r| r[1..].to_vec()).collect();
-    if let Some((field, rank)) = find_mismatch(&digests) {
-        let (name, value) = config_fields(&config).swap_remove(field);
-        return Err(Error::Config {
-            name,
-            value,
-            reason: format!(
-                "ranks 0 and {rank} disagree on this setting; every rank must use the same value"
-            ),
-        });
-    }
-    Ok(config)
-}
-
-/// The simulated node (block) of a rank: `local_rank * k / local_size`.
-fn sim_block(local_rank: usize, local_size: usize, k: usize) -> usize {
-    if local_size == 0 {
-        return 0;
-    }
-    ((local_rank as u128 * k as u128) / local_size as u128) as usize
-}
-
-/// Split every node (ranks with equal keys) into `k` simulated nodes of
-/// contiguous local ranks.
-fn apply_sim_nodes(keys: &[u64], k: usize) -> Vec<u64> {
-    if k <= 1 {
-        return keys.to_vec();
-    }
-    let mut members: HashMap<u64, Vec<usize>> = HashMap::new();
-    for (r, &key) in keys.iter().enumerate() {
-        members.entry(key).or_default().push(r);
-    }
-    keys.iter()
-        .enumerate()
-        .map(|(r, &key)| {
-            let group = &members[&key];
-            let local_rank = group.iter().position(|&x| x == r).unwrap_or(0);
-            let block = sim_block(local_rank, group.len(), k) as u64;
-            fnv1a(&[&key.to_le_bytes(), b"sim", &block.to_le_bytes()])
-        })
-        .collect()
-}
-
-/// Which ranks share a node: the host name plus the lowest rank (in this
-/// communicator) of the shared-memory group, so hosts with equal names are
-/// not merged; then the `GPUCOLL_NODE_ID` / `GPUCOLL_SIM_NODES` overrides.
-fn discover_topology(mpi: &MpiComm, config: &Config) -> Result<Topology> {
-    // Always collective on every rank, whatever the overrides.
-    let shared = mpi.split_shared()?;
-    let mut leader = (mpi.rank() as u64).to_le_bytes();
-    shared.bcast_bytes(&mut leader, 0)?;
-    drop(shared);
-    let host = mpi::processor_name().unwrap_or_default();
-    let discovered = fnv1a(&[host.as_bytes(), &leader]);
-    let key = config.node_id.unwrap_or(discovered);
-    let keys = decode_u64s(&mpi.allgather_bytes(&key.to_le_bytes())?);
-    let keys = match config.sim_nodes {
-        Some(k) => apply_sim_nodes(&keys, k),
-        None => keys,
-    };
-    Ok(Topology::from_node_keys(mpi.rank(), &keys))
-}
-
-fn log_topology(topo: &Topology) {
-    if topo.rank == 0 {
-        let sizes: Vec<usize> = topo.nodes.iter().map(Vec::len).collect();
-        tracing::info!(
-            ranks = topo.nranks,
-            nodes = topo.nnodes(),
-            ranks_per_node = ?sizes,
-            "communicator topology"
-        );
-    }
-    tracing::debug!(
-        rank = topo.rank,
-        node = topo.node(),
-        local_rank = topo.local_rank(),
-        local_size = topo.local_size(),
-        "rank placement"
-    );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn sim_blocks_are_contiguous() {
-        let blocks: Vec<usize> = (0..8).map(|lr| sim_block(lr, 8, 2)).collect();
-        assert_eq!(blocks, vec![0, 0, 0, 0, 1, 1, 1, 1]);
-        let blocks: Vec<usize> = (0..5).map(|lr| sim_block(lr, 5, 2)).collect();
-        assert_eq!(blocks, vec![0, 0, 0, 1, 1]);
-        assert_eq!(sim_block(0, 0, 3), 0);
-    }
-
-    #[test]
-    fn sim_nodes_split_each_real_node() {
-        // Two real nodes of four ranks each, interleaved ranks.
-        let keys = [1, 2, 1, 2, 1, 2, 1, 2];
-        let sim = apply_sim_nodes(&keys, 2);
-        let t = Topology::from_node_keys(0, &sim);
-        assert_eq!(t.nnodes(), 4);
-        assert_eq!(
-            t.nodes,
-            vec![vec![0, 2], vec![1, 3], vec![4, 6], vec![5, 7]]
-        );
-        assert_eq!(apply_sim_nodes(&keys, 1), keys.to_vec());
-        // More simulated nodes than ranks: one rank per node.
-        let t = Topology::from_node_keys(0, &apply_sim_nodes(&[7, 7, 7], 8));
-        assert_eq!(t.nnodes(), 3);
-    }
-
-    #[test]
-    fn config_digest_names_the_variable() {
-        let a = Config::default();
-        let mut b = a.clone();
-        b.nchannels = Some(4);
-        let same = vec![config_digest(&a), config_digest(&a)];
-        assert_eq!(find_mismatch(&same), None);
-        let diff = vec![config_digest(&a), config_digest(&a), config_digest(&b)];
-        let (field, rank) = find_mismatch(&diff).unwrap();
-        assert_eq!(config_fields(&a)[field].0, "GPUCOLL_NCHANNELS");
-        assert_eq!(rank, 2);
-        let mut c = a.clone();
-        c.timeout = Duration::from_secs(5);
-        let (field, _) = find_mismatch(&[config_digest(&a), config_digest(&c)]).unwrap();
-        assert_eq!(config_fields(&a)[field].0, "GPUCOLL_TIMEOUT");
-        // The node id itself may differ per rank.
-        let mut d = a.clone();
-        d.node_id = Some(1);
-        let mut e = a.clone();
-        e.node_id = Some(2);
-        assert_eq!(find_mismatch(&[config_digest(&d), config_digest(&e)]), None);
-        assert_eq!(config_digest(&a).len(), CONFIG_FIELDS);
-        let mut p = a.clone();
-        p.p2p_disable = true;
-        let (field, _) = find_mismatch(&[config_digest(&a), config_digest(&p)]).unwrap();
-        assert_eq!(config_fields(&a)[field].0, "GPUCOLL_P2P_DISABLE");
-    }
-
-    #[test]
-    fn u64_codec_round_trips() {
-        let w = [0, 1, u64::MAX, 0x0123_4567_89ab_cdef];
-        assert_eq!(decode_u64s(&encode_u64s(&w)), w.to_vec());
-    }
-
-    #[test]
-    fn fnv_separates_parts() {
-        assert_ne!(fnv1a(&[b"ab", b"c"]), fnv1a(&[b"a", b"bc"]));
     }
 }

@@ -21,6 +21,7 @@ pub(crate) mod ffi;
 mod rail;
 mod runtime;
 mod typed;
+pub(crate) mod words;
 
 pub use rail::RailAllReduce;
 pub(crate) use runtime::Runtime;

@@ -1,5 +1,9 @@
 //! Who is where: ranks, nodes and local ranks of a communicator.
 
+mod discover;
+
+pub(crate) use discover::{discover, log};
+
 /// The placement of a communicator's ranks on nodes. Identical on all ranks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Topology {

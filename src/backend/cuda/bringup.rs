@@ -575,7 +575,7 @@ impl CudaBackend {
                 start: a.ranks[r].start,
             })
             .collect();
-        let ce = CopyEngines::new(ctx.ordinal, config.registered, mesh);
+        let ce = CopyEngines::new(ctx.ordinal, config.registered, config.ce_batch, mesh);
         let resident = match config.resident {
             ResidentMode::On => true,
             ResidentMode::Auto => a.sharers <= 1,
@@ -592,7 +592,7 @@ impl CudaBackend {
         };
         let inner = Arc::new(CudaShared {
             ce,
-            profile: HostProfile::from_env(),
+            profile: HostProfile::new(config.profile_host),
             liveness: PeerLiveness::new(local_peers),
             rank,
             nranks,

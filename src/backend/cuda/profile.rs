@@ -44,8 +44,8 @@ pub(super) struct HostProfile {
 }
 
 impl HostProfile {
-    pub(super) fn from_env() -> HostProfile {
-        let on = std::env::var("GPUCOLL_PROFILE_HOST").is_ok_and(|v| v.trim() == "1");
+    /// Profiling when `on` (`Config::profile_host`).
+    pub(super) fn new(on: bool) -> HostProfile {
         HostProfile {
             on,
             ns: Default::default(),
@@ -94,8 +94,7 @@ mod tests {
 
     #[test]
     fn laps_add_up_only_when_on() {
-        let mut p = HostProfile::from_env();
-        p.on = false;
+        let mut p = HostProfile::new(false);
         let mut t = p.clock();
         p.lap(&mut t, Phase::Launch);
         assert_eq!(p.count[Phase::Launch as usize].load(Ordering::Relaxed), 0);

@@ -247,14 +247,6 @@ fn peers_could_not(what: &'static str) -> impl FnOnce(&[usize]) -> Error {
     }
 }
 
-fn channel_threads_env() -> Option<bool> {
-    match std::env::var("GPUCOLL_HOST_CHANNEL_THREADS").ok()?.trim() {
-        "1" | "true" | "yes" | "on" => Some(true),
-        "0" | "false" | "no" | "off" => Some(false),
-        _ => None,
-    }
-}
-
 impl HostBackend {
     /// Set up shared memory with the local ranks and MPI connectors to the
     /// others. Collective over `mpi` (every rank must call it).
@@ -377,7 +369,7 @@ impl HostBackend {
             None => (links::MPI_NET, links::MPI_RAIL),
         };
         let parallel = threaded
-            && channel_threads_env().unwrap_or_else(|| {
+            && config.host_channel_threads.unwrap_or_else(|| {
                 let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
                 cores / node.len().max(1) >= 2
             });

@@ -122,9 +122,13 @@ pub(super) struct State {
 
 impl CopyEngines {
     /// Nothing set up yet but the descriptor links, for a backend on GPU
-    /// `device`.
-    pub(super) fn new(device: i32, peer_mode: RegisteredMode, mesh: Option<FdMesh>) -> CopyEngines {
-        let batch = std::env::var("GPUCOLL_CE_BATCH").ok().as_deref() != Some("0");
+    /// `device`; `batch`: batched driver copies (`Config::ce_batch`).
+    pub(super) fn new(
+        device: i32,
+        peer_mode: RegisteredMode,
+        batch: bool,
+        mesh: Option<FdMesh>,
+    ) -> CopyEngines {
         CopyEngines {
             used: AtomicBool::new(false),
             registered_ever: AtomicBool::new(false),

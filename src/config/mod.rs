@@ -1,4 +1,8 @@
 //! Environment variables that steer gpucoll, read once per communicator.
+//! Every `GPUCOLL_*` variable is read here but one: `GPUCOLL_LOG`, read by
+//! `mpi/runtime.rs`, because the log subscriber is installed once per
+//! process when MPI starts, before any communicator (and its `Config`)
+//! exists. Which settings ranks must share is `agree.rs`'s table.
 //!
 //! Set them before the communicator is created (usually in the job script);
 //! [`Config::from_env`] shows what a communicator would read:
@@ -13,6 +17,10 @@
 //! assert_eq!((c.timeout, c.check), (Duration::from_secs(60), true));
 //! # Ok::<(), gpucoll::Error>(())
 //! ```
+
+mod agree;
+
+pub(crate) use agree::agree;
 
 use crate::error::{Error, Result};
 use crate::tune::{Algorithm, Protocol};
@@ -124,6 +132,22 @@ pub struct Config {
     /// the next call before it leaves (default
     /// [`DEFAULT_RESIDENT_LINGER_US`] µs).
     pub resident_linger: Duration,
+    /// `GPUCOLL_CE_BATCH=0`: copy-engine collectives issue one driver copy
+    /// per peer instead of one batched copy call (`cuMemcpyBatchAsync`),
+    /// to compare the two or to get past a driver whose batches fail. On
+    /// by default. Per rank.
+    pub ce_batch: bool,
+    /// `GPUCOLL_PROFILE_HOST=1`: the CUDA backend sums the host time of
+    /// each phase of a call and logs the sums when the communicator ends
+    /// (target `gpucoll::profile` at `info`, through `GPUCOLL_LOG`). Off by default. Per rank.
+    pub profile_host: bool,
+    /// `GPUCOLL_HOST_CHANNEL_THREADS`: whether the host backend runs each
+    /// channel on a thread of its own (`1`, when MPI provides
+    /// `MPI_THREAD_MULTIPLE`), or all channels on the calling thread
+    /// (`0`); unset or `auto`: threads when MPI provides
+    /// `MPI_THREAD_MULTIPLE` and the machine has at least two cores per
+    /// rank of the node. Per rank.
+    pub host_channel_threads: Option<bool>,
 }
 
 /// Default for `GPUCOLL_RESIDENT_LINGER_US`.
@@ -224,6 +248,9 @@ impl Default for Config {
             registered: RegisteredMode::Auto,
             resident: ResidentMode::Auto,
             resident_linger: Duration::from_micros(DEFAULT_RESIDENT_LINGER_US),
+            ce_batch: true,
+            profile_host: false,
+            host_channel_threads: None,
         }
     }
 }
@@ -382,6 +409,15 @@ impl Config {
                 })?;
             c.resident_linger = Duration::from_micros(us);
         }
+        if let Some(v) = var("GPUCOLL_CE_BATCH") {
+            c.ce_batch = parse_bool("GPUCOLL_CE_BATCH", &v)?;
+        }
+        if let Some(v) = var("GPUCOLL_PROFILE_HOST") {
+            c.profile_host = parse_bool("GPUCOLL_PROFILE_HOST", &v)?;
+        }
+        if let Some(v) = var("GPUCOLL_HOST_CHANNEL_THREADS") {
+            c.host_channel_threads = parse_auto("GPUCOLL_HOST_CHANNEL_THREADS", &v)?;
+        }
         Ok(c)
     }
 }
@@ -531,6 +567,36 @@ mod tests {
                 ),
                 "{v}"
             );
+        }
+    }
+
+    #[test]
+    fn per_rank_switches() {
+        let c = parse(&[]).unwrap();
+        assert!(c.ce_batch && !c.profile_host && c.host_channel_threads.is_none());
+        let c = parse(&[
+            ("GPUCOLL_CE_BATCH", "0"),
+            ("GPUCOLL_PROFILE_HOST", "1"),
+            ("GPUCOLL_HOST_CHANNEL_THREADS", "off"),
+        ])
+        .unwrap();
+        assert!(!c.ce_batch && c.profile_host);
+        assert_eq!(c.host_channel_threads, Some(false));
+        assert_eq!(
+            parse(&[("GPUCOLL_HOST_CHANNEL_THREADS", "auto")])
+                .unwrap()
+                .host_channel_threads,
+            None
+        );
+        for name in [
+            "GPUCOLL_CE_BATCH",
+            "GPUCOLL_PROFILE_HOST",
+            "GPUCOLL_HOST_CHANNEL_THREADS",
+        ] {
+            match parse(&[(name, "maybe")]) {
+                Err(Error::Config { name: n, .. }) => assert_eq!(n, name),
+                other => panic!("{name}=maybe: {other:?}"),
+            }
         }
     }
 
