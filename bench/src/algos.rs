@@ -9,10 +9,11 @@
 //! once per size against the exact expected values.
 
 use crate::args::{Args, Mode};
+use crate::bufs::{alloc, dev_buf, download, pick, upload};
 use crate::data::{Case, Elem};
 use crate::gpu::{DevBuf, Gpu};
 use crate::report::{self, MpiMeasure};
-use crate::run::{alloc, dev_buf, download, pick, row_sizes, upload};
+use crate::run::row_sizes;
 use crate::timing::{self, sum_over_ranks};
 use crate::{vsmpi, Ctx, Fail};
 use gpucoll::{CollKind, Communicator, Config, RawBuffer, ReduceOp};

@@ -22,11 +22,22 @@ pub const WAVES: u32 = 8;
 /// Threads per block.
 pub const THREADS: u32 = 256;
 
+/// A compute job on its own stream: launches of a kernel, timed on the GPU.
+pub trait Compute {
+    /// Queue `launches` launches of `iters` loops each between two timing
+    /// events; returns once queued.
+    fn start(&self, launches: usize, iters: u32) -> Result<(), String>;
+    /// Whether the job started last is still running (does not wait).
+    fn running(&self) -> Result<bool, String>;
+    /// Wait for the job started last; its time on the GPU in seconds.
+    fn finish(&self) -> Result<f64, String>;
+}
+
 #[cfg(feature = "cuda")]
 mod imp {
+    use super::Compute;
     use super::{THREADS, WAVES};
     use crate::gpu::Gpu;
-    use crate::overlap::Compute;
     use cudarc::driver::{
         sys, CudaContext, CudaEvent, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
     };
@@ -231,8 +242,8 @@ DONE:
 #[cfg(not(feature = "cuda"))]
 mod imp {
     //! Without the feature no value of this type exists.
+    use super::Compute;
     use crate::gpu::Gpu;
-    use crate::overlap::Compute;
 
     pub enum ComputeJob {}
 

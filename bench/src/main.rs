@@ -63,6 +63,7 @@ macro_rules! with_elem_type {
 
 mod algos;
 mod args;
+mod bufs;
 mod compute;
 mod data;
 mod gpu;

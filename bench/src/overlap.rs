@@ -10,25 +10,14 @@
 //! whether any job still runs.
 
 use crate::args::Mode;
-use crate::compute::{ComputeJob, THREADS, WAVES};
+use crate::bufs::queued;
+use crate::compute::{Compute, ComputeJob, THREADS, WAVES};
 use crate::data::{Case, Elem};
 use crate::nccl::{Nccl, NcclOp};
 use crate::report::{fmt_time, json_num, NcclMeasure, Row};
-use crate::run::queued;
 use crate::timing::{Queued, Ranks};
 use crate::Ctx;
 use gpucoll::{Communicator, RawBuffer};
-
-/// A compute job on its own stream: launches of a kernel, timed on the GPU.
-pub trait Compute {
-    /// Queue `launches` launches of `iters` loops each between two timing
-    /// events; returns once queued.
-    fn start(&self, launches: usize, iters: u32) -> Result<(), String>;
-    /// Whether the job started last is still running (does not wait).
-    fn running(&self) -> Result<bool, String>;
-    /// Wait for the job started last; its time on the GPU in seconds.
-    fn finish(&self) -> Result<f64, String>;
-}
 
 /// One library's collective, issued as the row's mode issues it.
 pub trait Issue {

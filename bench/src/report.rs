@@ -646,11 +646,11 @@ pub fn json_num(x: f64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::summary::nccl_summary;
 
-    fn nccl_row(mode: Mode, ordinary_us: f64, sym_us: Option<f64>) -> Row {
+    /// A row of `mode` with NCCL beside it (its symmetric time when `sym_us`).
+    pub(crate) fn nccl_row(mode: Mode, ordinary_us: f64, sym_us: Option<f64>) -> Row {
         let m = Measure {
             in_place: false,
             time_us: 8.0,
@@ -744,24 +744,6 @@ mod tests {
     }
 
     #[test]
-    fn summary_per_mode_against_nccl_best() {
-        let rows = [
-            nccl_row(Mode::Blocking, 16.0, None),
-            nccl_row(Mode::Graph, 10.0, Some(4.0)),
-        ];
-        let g = nccl_summary(&rows, Mode::Graph);
-        assert_eq!(g.len(), 4);
-        assert!(g[0].contains("mode graph"));
-        let cells: Vec<&str> = g[3].split('|').map(str::trim).collect();
-        // latency gc 8 us vs NCCL best 4 us.
-        assert_eq!((cells[11], cells[12], cells[13]), ("8.00", "4.00", "2.000"));
-        let b = nccl_summary(&rows, Mode::Blocking);
-        let cells: Vec<&str> = b[3].split('|').map(str::trim).collect();
-        assert_eq!((cells[12], cells[13]), ("16.00", "0.500"));
-        assert!(nccl_summary(&rows, Mode::Async).is_empty());
-    }
-
-    #[test]
     fn registered_rows() {
         let mut r = nccl_row(Mode::Async, 10.0, None);
         let plain = r.json_objects(2, 1, "cuda", None);
@@ -834,8 +816,8 @@ mod tests {
         assert_eq!(bandwidths(CollKind::AllReduce, 4, 8, 0.0), (0.0, 0.0));
     }
 
-    #[test]
-    fn rows_format_and_serialize() {
+    /// A blocking all_reduce row of 1 KiB with MPI and NCCL beside it.
+    pub(crate) fn sample_row() -> Row {
         let m = Measure {
             in_place: false,
             time_us: 12.5,
@@ -844,7 +826,7 @@ mod tests {
             wrong: Some(0),
             iters: 20,
         };
-        let row = Row {
+        Row {
             mode: Mode::Blocking,
             coll: CollKind::AllReduce,
             dtype: "float",
@@ -868,7 +850,12 @@ mod tests {
                 wrong: Some(0),
             }),
             registered: None,
-        };
+        }
+    }
+
+    #[test]
+    fn rows_format_and_serialize() {
+        let row = sample_row();
         assert_eq!(row.ratio(), Some(2.0));
         let (rb, rt) = row.nccl_ratios().unwrap();
         assert!((rb.unwrap() - 0.5).abs() < 1e-12 && (rt.unwrap() - 2.5).abs() < 1e-12);
@@ -887,9 +874,6 @@ mod tests {
         assert!(js[0].contains("\"nccl_busbw_gbs\":0.3"));
         assert!(js[0].contains("\"busbw_ratio_vs_nccl\":0.5"));
         assert!(js[0].contains("\"iters\":20"));
-        let sum = nccl_summary(std::slice::from_ref(&row), Mode::Blocking);
-        assert_eq!(sum.len(), 4);
-        assert!(sum[3].starts_with("# | all_reduce | float | sum | 1 KiB | 0.15 | 0.30 | 0.500"));
         let mut un = row.clone();
         un.nccl = Some(NcclMeasure::Unsupported);
         assert!(un
@@ -897,7 +881,6 @@ mod tests {
             .trim_end()
             .ends_with("n/a"));
         assert!(un.json_objects(2, 1, "cuda", None)[0].contains("\"nccl_time_us\":null"));
-        assert!(nccl_summary(&[un], Mode::Blocking)[3].contains("n/a"));
         assert_eq!(fmt_bytes(8), "8 B");
         assert_eq!(fmt_bytes(1 << 30), "1 GiB");
         assert_eq!(fmt_bytes(1536), "1.5 KiB");

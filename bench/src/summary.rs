@@ -107,8 +107,38 @@ pub fn nccl_summary(rows: &[Row], mode: Mode) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::tests::{nccl_row, sample_row};
     use crate::report::NcclMeasure;
     use gpucoll::CollKind;
+
+    #[test]
+    fn summary_per_mode_against_nccl_best() {
+        let rows = [
+            nccl_row(Mode::Blocking, 16.0, None),
+            nccl_row(Mode::Graph, 10.0, Some(4.0)),
+        ];
+        let g = nccl_summary(&rows, Mode::Graph);
+        assert_eq!(g.len(), 4);
+        assert!(g[0].contains("mode graph"));
+        let cells: Vec<&str> = g[3].split('|').map(str::trim).collect();
+        // latency gc 8 us vs NCCL best 4 us.
+        assert_eq!((cells[11], cells[12], cells[13]), ("8.00", "4.00", "2.000"));
+        let b = nccl_summary(&rows, Mode::Blocking);
+        let cells: Vec<&str> = b[3].split('|').map(str::trim).collect();
+        assert_eq!((cells[12], cells[13]), ("16.00", "0.500"));
+        assert!(nccl_summary(&rows, Mode::Async).is_empty());
+    }
+
+    #[test]
+    fn one_row_and_an_unsupported_nccl() {
+        let row = sample_row();
+        let sum = nccl_summary(std::slice::from_ref(&row), Mode::Blocking);
+        assert_eq!(sum.len(), 4);
+        assert!(sum[3].starts_with("# | all_reduce | float | sum | 1 KiB | 0.15 | 0.30 | 0.500"));
+        let mut un = row;
+        un.nccl = Some(NcclMeasure::Unsupported);
+        assert!(nccl_summary(&[un], Mode::Blocking)[3].contains("n/a"));
+    }
 
     #[test]
     fn nccl_summary_uses_small_sizes_for_latency() {

@@ -4,11 +4,11 @@
 //! broadcast (in place, as gpucoll's broadcast is timed).
 
 use crate::args::Mode;
+use crate::bufs::{download, ptr, upload};
 use crate::data::{Case, Elem};
 use crate::gpu::DevBuf;
 use crate::nccl::{Nccl, NcclGraph, NcclOp};
 use crate::report::{self, NcclMeasure, SymMeasure};
-use crate::run::{download, ptr, upload};
 use crate::timing::{self, sum_over_ranks, Queued};
 use crate::Ctx;
 use gpucoll::CollKind;

@@ -18,20 +18,38 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// What a request may wait for besides GPU work: a transfer staged
+/// through host memory whose inner MPI request the shim completes
+/// (`p2p::Transfer`). A trait, so that this file needs nothing of the
+/// modules whose requests it keeps.
+pub trait HostWork: Send + Sync {
+    /// Whether the work finished (waiting for it with `wait`). On
+    /// completion an error code is stored in `code`.
+    fn done(&self, wait: bool, code: &AtomicI32) -> bool;
+    /// `MPI_Cancel` of the request: ask MPI to cancel the inner request
+    /// (it still completes, cancelled or not, through `done`).
+    fn cancel(&self);
+    /// Write the finished work's status as the request's.
+    ///
+    /// # Safety
+    /// `status` is writable.
+    unsafe fn fill(&self, status: *mut MPI_Status, code: c_int);
+}
+
 pub struct ShimRequest {
     event: Option<Event>,
     comm: Mutex<Option<Communicator>>,
     call: &'static str,
     code: AtomicI32,
-    /// A staged point-to-point transfer (`p2p`): done when its inner MPI
-    /// request is, then its status is the request's.
-    p2p: Option<crate::p2p::Transfer>,
+    /// Host-side work (a staged point-to-point transfer): the request is
+    /// done when it is, and its status is the request's.
+    host: Option<Box<dyn HostWork>>,
 }
 
 impl ShimRequest {
     /// Whether the GPU work finished (waiting for it with `wait`).
     fn done(&self, wait: bool) -> bool {
-        if let Some(t) = &self.p2p {
+        if let Some(t) = &self.host {
             return t.done(wait, &self.code);
         }
         let Some(ev) = &self.event else { return true };
@@ -101,7 +119,7 @@ unsafe extern "C" fn query(extra: *mut c_void, status: *mut MPI_Status) -> c_int
             mpi_sys::PMPI_Status_set_elements(status, crate::handles::byte_type(), 0);
             mpi_sys::PMPI_Status_set_cancelled(status, 0);
         }
-        if let Some(t) = &req.p2p {
+        if let Some(t) = &req.host {
             // SAFETY: as above.
             unsafe { t.fill(status, code) };
         }
@@ -116,8 +134,18 @@ unsafe extern "C" fn free(extra: *mut c_void) -> c_int {
 }
 
 /// Collectives cannot be cancelled: the request completes normally and
-/// `MPI_Test_cancelled` says false.
-unsafe extern "C" fn cancel(_extra: *mut c_void, _complete: c_int) -> c_int {
+/// `MPI_Test_cancelled` says false. Host work (a staged receive or send)
+/// passes the cancel on to its inner MPI request, whose status then says
+/// whether it was cancelled.
+unsafe extern "C" fn cancel(extra: *mut c_void, complete: c_int) -> c_int {
+    // SAFETY: `extra` is the `Box<Arc<ShimRequest>>` made in `start`, alive
+    // until `free` runs.
+    let req = unsafe { &*(extra as *const Arc<ShimRequest>) };
+    if complete == 0 {
+        if let Some(t) = &req.host {
+            t.cancel();
+        }
+    }
     0
 }
 
@@ -152,7 +180,7 @@ pub unsafe fn start_done(code: c_int, request: *mut MPI_Request) -> c_int {
         comm: Mutex::new(None),
         call: "",
         code: AtomicI32::new(0),
-        p2p: None,
+        host: None,
     });
     // SAFETY: writable per the contract.
     let rc = unsafe { start(req, request) };
@@ -182,7 +210,7 @@ pub unsafe fn start_pending(
         comm: Mutex::new(Some(comm)),
         call,
         code: AtomicI32::new(0),
-        p2p: None,
+        host: None,
     });
     let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
     // SAFETY: writable per the contract.
@@ -195,13 +223,13 @@ pub unsafe fn start_pending(
     rc
 }
 
-/// A request for a staged point-to-point transfer, done when its inner MPI
-/// request is (`p2p::Transfer`).
+/// A request for host-side work `t` (a staged point-to-point transfer),
+/// done when `t` is.
 ///
 /// # Safety
 /// `request` is writable.
 pub unsafe fn start_p2p(
-    t: crate::p2p::Transfer,
+    t: Box<dyn HostWork>,
     call: &'static str,
     request: *mut MPI_Request,
 ) -> c_int {
@@ -210,7 +238,7 @@ pub unsafe fn start_p2p(
         comm: Mutex::new(None),
         call,
         code: AtomicI32::new(0),
-        p2p: Some(t),
+        host: Some(t),
     });
     let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
     // SAFETY: writable per the contract.

@@ -82,7 +82,7 @@ pub(crate) fn agree(mpi: &MpiComm, mine: Result<Config>) -> Result<Config> {
         }
         Err(_) => {
             record.push(1);
-            record.extend(std::iter::repeat_n(0, FIELDS.len()));
+            record.extend(std::iter::repeat(0).take(FIELDS.len()));
         }
     }
     let all = mpi.allgather_bytes(&encode_u64s(&record))?;

@@ -19,6 +19,7 @@ mod exports;
 
 use crate::cuda::{self, CtxGuard};
 use crate::errors;
+use crate::requests::HostWork;
 use crate::route;
 use crate::settings;
 use crate::staging::{self, Span};
@@ -252,10 +253,12 @@ impl Transfer {
             call,
         }
     }
+}
 
+impl HostWork for Transfer {
     /// Whether the inner request completed (waiting for it with `wait`);
     /// on completion the data is copied back and an error stored in `code`.
-    pub fn done(&self, wait: bool, code: &AtomicI32) -> bool {
+    fn done(&self, wait: bool, code: &AtomicI32) -> bool {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if s.finished {
             return true;
@@ -283,9 +286,16 @@ impl Transfer {
         }
         s.finished = true;
         s.status = st;
+        let mut cancelled: c_int = 0;
+        // SAFETY: a status MPI just wrote; a local out-pointer.
+        if rc == 0 && unsafe { mpi_sys::PMPI_Test_cancelled(&st, &mut cancelled) } != 0 {
+            cancelled = 0;
+        }
         let mut result = rc;
         if let Some((staged, b)) = s.held.take() {
-            if s.write_back && received(rc) {
+            // A cancelled receive wrote nothing: the program's buffer stays
+            // as it was.
+            if s.write_back && received(rc) && cancelled == 0 {
                 if let Err(e) = staged.copy_out(&b) {
                     errors::log_failure(self.call, &e);
                     if result == 0 {
@@ -301,11 +311,32 @@ impl Transfer {
         true
     }
 
+    /// Cancel the inner request unless it completed. Under the state's
+    /// lock, so the handle is never used after `done` released it (a
+    /// thread blocked in `done` on the same request holds the lock until
+    /// its wait ends).
+    fn cancel(&self) {
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.finished {
+            return;
+        }
+        let mut req = MPI_Request(s.inner as *mut mpi_sys::ompi_request_t);
+        // SAFETY: the active inner request started by this transfer, not
+        // completed (checked under the lock).
+        let rc = unsafe { mpi_sys::PMPI_Cancel(&mut req) };
+        if rc != 0 {
+            errors::log_failure(
+                self.call,
+                &format!("MPI_Cancel of the staged request: error {rc}"),
+            );
+        }
+    }
+
     /// The completed inner request's status, as the shim request's.
     ///
     /// # Safety
     /// `status` is writable.
-    pub unsafe fn fill(&self, status: *mut MPI_Status, code: c_int) {
+    unsafe fn fill(&self, status: *mut MPI_Status, code: c_int) {
         let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: writable per the contract; the whole struct, so the
         // element count (Get_count/Get_elements) is MPI's own.
@@ -348,6 +379,10 @@ pub unsafe fn nonblocking(
     }
     // SAFETY: `request` is writable (the caller's contract).
     unsafe {
-        crate::requests::start_p2p(Transfer::new(inner, held, write_back, call), call, request)
+        crate::requests::start_p2p(
+            Box::new(Transfer::new(inner, held, write_back, call)),
+            call,
+            request,
+        )
     }
 }

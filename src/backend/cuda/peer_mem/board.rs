@@ -24,8 +24,8 @@
 //!   allocations its peers may keep mapped, one per share slot, and a
 //!   generation word raised at every change.
 
+use super::super::driver::IPC_HANDLE_BYTES;
 use super::super::shm::{CONTROL_BYTES, STATUS_OFF};
-use super::registry::{vmm_key_buffer, VMM_KEY_MAGIC};
 use crate::backend::shared::shm::Mapping;
 use crate::error::{Error, Result};
 use std::sync::atomic::Ordering;
@@ -305,10 +305,29 @@ pub(crate) fn vmm_shares(peer: &Mapping, buffer_id: u64) -> bool {
     (0..VMM_SLOTS).any(|s| peer.word(VMM_OFF + 8 * (1 + s)).load(Ordering::Relaxed) == buffer_id)
 }
 
+/// The first word of a VMM allocation's key (the rest: the owner's process
+/// ID and the allocation's buffer ID), never the start of an IPC handle
+/// we post: those carry the driver's own layout.
+pub(crate) const VMM_KEY_MAGIC: u64 = 0x6763_766d_6d5f_6664;
+
+/// The key a VMM allocation is known by in posts and caches: unique per
+/// allocation of a process, and the same for every communicator.
+pub(crate) fn vmm_key(buffer_id: u64) -> [u8; IPC_HANDLE_BYTES] {
+    let mut h = [0u8; IPC_HANDLE_BYTES];
+    h[..8].copy_from_slice(&VMM_KEY_MAGIC.to_le_bytes());
+    h[8..16].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
+    h[16..24].copy_from_slice(&buffer_id.to_le_bytes());
+    h
+}
+
+/// The owner's buffer ID in a VMM key.
+pub(crate) fn vmm_key_buffer(h: &[u8; IPC_HANDLE_BYTES]) -> u64 {
+    u64::from_le_bytes(h[16..24].try_into().unwrap_or([0; 8]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cuda::peer_mem::registry::vmm_key;
     use crate::testutil::XorShift;
 
     fn sample() -> Post {
@@ -501,5 +520,16 @@ mod tests {
                 assert_eq!(v, 1, "flag at {off}");
             }
         }
+    }
+
+    #[test]
+    fn vmm_keys_name_the_owner_and_the_allocation() {
+        let k = vmm_key(42);
+        assert_eq!(vmm_key_buffer(&k), 42);
+        assert_ne!(vmm_key(42), vmm_key(43));
+        assert_eq!(
+            u64::from_le_bytes(k[..8].try_into().unwrap()),
+            VMM_KEY_MAGIC
+        );
     }
 }

@@ -28,7 +28,7 @@
 
 use super::super::driver::{self, Allocation, CUstream, VmmMapping, IPC_HANDLE_BYTES};
 use super::super::handles::{Event, IpcMapping};
-use super::board::{Share, Target, VMM_SLOTS};
+use super::board::{vmm_key, vmm_key_buffer, Share, Target, VMM_SLOTS};
 use crate::error::{Error, Result};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::OwnedFd;
@@ -100,26 +100,6 @@ impl PeerMap {
 struct Opened {
     map: PeerMap,
     refs: usize,
-}
-
-/// The first word of a VMM allocation's key (the rest: the owner's process
-/// ID and the allocation's buffer ID), never the start of an IPC handle
-/// we post: those carry the driver's own layout.
-pub(crate) const VMM_KEY_MAGIC: u64 = 0x6763_766d_6d5f_6664;
-
-/// The key a VMM allocation is known by in posts and caches: unique per
-/// allocation of a process, and the same for every communicator.
-pub(crate) fn vmm_key(buffer_id: u64) -> Handle {
-    let mut h = [0u8; IPC_HANDLE_BYTES];
-    h[..8].copy_from_slice(&VMM_KEY_MAGIC.to_le_bytes());
-    h[8..16].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
-    h[16..24].copy_from_slice(&buffer_id.to_le_bytes());
-    h
-}
-
-/// The owner's buffer ID in a VMM key.
-pub(crate) fn vmm_key_buffer(h: &Handle) -> u64 {
-    u64::from_le_bytes(h[16..24].try_into().unwrap_or([0; 8]))
 }
 
 /// The mapping of `handle` on `device`, opened or shared.
@@ -586,17 +566,6 @@ mod tests {
             base: 0x7000_0000_0000,
             bytes: 4096,
         }
-    }
-
-    #[test]
-    fn vmm_keys_name_the_owner_and_the_allocation() {
-        let k = vmm_key(42);
-        assert_eq!(vmm_key_buffer(&k), 42);
-        assert_ne!(vmm_key(42), vmm_key(43));
-        assert_eq!(
-            u64::from_le_bytes(k[..8].try_into().unwrap()),
-            VMM_KEY_MAGIC
-        );
     }
 
     #[test]

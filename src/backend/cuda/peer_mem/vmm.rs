@@ -31,10 +31,9 @@
 use super::super::driver::Allocation;
 use super::super::driver::CUstream;
 use super::super::state::CudaShared;
-use super::board::{self, Post, Share, Target, VMM_SLOTS};
+use super::board::{self, vmm_key, Post, Share, Target, VMM_SLOTS};
 use super::fdmesh::FdMesh;
 use super::fdpass::Words;
-use super::registry::vmm_key;
 use super::State;
 use crate::backend::shared::shm::Mapping;
 use crate::error::{Error, Result};

@@ -188,9 +188,9 @@ fn planted_and_squatted_segments_are_refused() {
     // A squatter took the name first: create fails, the file is untouched.
     let squatted = segment_name(SegOwner::Cuda, me, 0x5a7, 1);
     std::fs::write(path(&squatted), b"squatter").unwrap();
-    let e = Mapping::create(&squatted, CONTROL_BYTES)
-        .err()
-        .expect("refused");
+    let Err(e) = Mapping::create(&squatted, CONTROL_BYTES) else {
+        panic!("not refused")
+    };
     assert!(e.to_string().contains(&squatted), "{e}");
     assert_eq!(std::fs::read(path(&squatted)).unwrap(), b"squatter");
     unlink(&squatted).unwrap();
@@ -199,9 +199,9 @@ fn planted_and_squatted_segments_are_refused() {
     let loose = segment_name(SegOwner::Host, me, 0x5a7, 2);
     let mut own = Mapping::create(&loose, CONTROL_BYTES).unwrap();
     std::fs::set_permissions(path(&loose), std::fs::Permissions::from_mode(0o644)).unwrap();
-    let e = Mapping::open(&loose, CONTROL_BYTES, me)
-        .err()
-        .expect("refused");
+    let Err(e) = Mapping::open(&loose, CONTROL_BYTES, me) else {
+        panic!("not refused")
+    };
     assert!(e.to_string().contains("mode 644"), "{e}");
     own.unlink().unwrap();
 
@@ -216,9 +216,9 @@ fn planted_and_squatted_segments_are_refused() {
     let c = std::ffi::CString::new(path(&planted)).unwrap();
     // SAFETY: a valid C string; nobody (65534) is not us.
     assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
-    let e = Mapping::open(&planted, CONTROL_BYTES, me)
-        .err()
-        .expect("refused");
+    let Err(e) = Mapping::open(&planted, CONTROL_BYTES, me) else {
+        panic!("not refused")
+    };
     assert!(e.to_string().contains("owned by uid 65534"), "{e}");
     own.unlink().unwrap();
     assert!(!exists(&planted));
