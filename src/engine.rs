@@ -1,6 +1,21 @@
 //! The engine behind every collective call: check mode, tuning, planning and
 //! submission to the backend, in issue order, with one sequence number per
 //! collective that every rank counts the same way.
+//!
+//! Check mode (`GPUCOLL_CHECK=1`): before each launch the ranks allgather a
+//! fixed-size signature of it, bounded by the timeout: the sequence number,
+//! the number of calls, the first call's kind, dtype, op, count, root,
+//! scalar and memory kind, and a digest of the rest. Ranks that differ fail
+//! with `MismatchedCall`, naming what each called. The in-place flag is
+//! sent but not compared, because ranks may mix the two forms. Without
+//! check mode a mismatch shows later, as `ProtocolMismatch` or a timeout.
+//!
+//! Errors: an argument error leaves the communicator usable. A fatal one
+//! (`Error::is_fatal`) is recorded in the engine's failure state, and every
+//! later call returns `CommunicatorFailed`. Running out of memory after the
+//! sequence number was taken is fatal too, and the node is told at once:
+//! the peers went ahead with the call and would otherwise wait for the
+//! timeout. The caller still gets the out-of-memory error.
 
 use crate::backend::shared::failure::Failure;
 use crate::backend::{Backend, BoundPlan, Launch, PendingWork, Registered};

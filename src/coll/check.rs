@@ -1,5 +1,8 @@
 //! Argument checks: everything a single rank can see is wrong is reported
 //! here, before any data moves, and leaves the communicator usable.
+//!
+//! In-place calls are mapped to MPI's `MPI_IN_PLACE` layouts here (an
+//! in-place all_gather's input is the rank's own block of the buffer).
 
 use crate::buffer::{MemoryKind, RawBuffer};
 use crate::engine::Call;

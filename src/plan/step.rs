@@ -4,6 +4,11 @@
 //! runs exactly these semantics (the host backend interprets them directly;
 //! GPU kernels implement the same sequences), so the planner is tested once,
 //! by simulation, for all backends.
+//!
+//! One `Flow` shape expresses the ring, tree, pairwise and one-shot
+//! algorithms, so a new algorithm needs no new step. The GPU step
+//! interpreter has no `acc`: GPUs run one-shot plans as their one-shot
+//! kernel, and group launches never get one-shot plans.
 
 /// Which of a call's buffers a [`Region`] refers to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,6 +1,22 @@
 //! [`Tuner`]: picks algorithm, protocol, channel count and chunk size per
 //! call from the cost model, the backend's capabilities and the
 //! `GPUCOLL_ALGO` / `GPUCOLL_PROTO` / `GPUCOLL_NCHANNELS` overrides.
+//!
+//! Candidates per call. all_reduce: the ring; the tree with several nodes;
+//! collnet across nodes of equal size; the one-shot and the pairwise plan
+//! where the backend offers the direct path (`BackendCaps::direct`, one
+//! node). Every other collective: its base algorithm (the ring where data
+//! passes along, pairwise for all_to_all, gather and scatter), and the
+//! one-shot on the direct path. The model prices the one-shot up to
+//! `model::ONESHOT_MAX_BYTES`, its LL protocol up to
+//! `model::ONESHOT_LL_MAX_BYTES`.
+//!
+//! A grouped call never gets the one-shot: a group is one launch of step
+//! plans, so it runs the pairwise plan instead. The copy engines
+//! (`Algorithm::CopyEngine`, one node) are never taken in a group or for
+//! an empty call. `GPUCOLL_CE=1` takes them wherever they run; `auto` only
+//! where no algorithm is forced and `model::copy_engine_us` beats the
+//! kernel plan.
 
 use super::caps::BackendCaps;
 use super::model::{self, Shape};

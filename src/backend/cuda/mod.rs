@@ -16,7 +16,8 @@
 //! | file | concern |
 //! |---|---|
 //! | `backend.rs` | [`CudaBackend`] and its `Backend` implementation |
-//! | `bringup.rs` | `CudaBackend::new`: the collective bring-up stages |
+//! | `bringup.rs` | `CudaBackend::new`/`new_on_device`: the collective bring-up stages, each ending in `shared::setup::agree` so all ranks fail together |
+//! | `exchange.rs` | the setup exchange of bring-up stage 2 (identity, segment nonce, device and layout proposals) |
 //! | `caps.rs` | `BackendCaps` and link costs offered to the tuner |
 //! | `layout.rs` | connector memory layout, channel/slot sizing, connector tables |
 //! | `state.rs` | `CudaShared`, what a backend owns, its failure state (the shared `Failure` over the node's segments) and its teardown |
@@ -29,6 +30,7 @@
 //! | `module.rs` | the embedded fatbin and its kernels |
 //! | `order.rs` | order of submissions across streams; caller-stream checks |
 //! | `pending.rs` | `CudaPending`: completion, progress, timeout, abort |
+//! | `profile.rs` | `GPUCOLL_PROFILE_HOST=1`: host time per submission phase |
 //! | `resident.rs` | the resident block: blocking one-shots posted to a block that stays on the GPU (`GPUCOLL_RESIDENT`) |
 //! | `watchdog.rs` | the thread that completes work queued on callers' streams |
 //! | `guard.rs` | the thread that watches the node's peers once work was captured into a graph |
@@ -36,7 +38,7 @@
 //! | `driver.rs` | the driver API wrappers; result codes to `Error::Cuda`/`Error::OutOfMemory` |
 //! | `memory.rs` | contexts, device/pinned memory, [`DeviceBuffer`] |
 //! | `shm.rs` | the per-rank control segments in `/dev/shm` (on `shared::shm::Mapping`) |
-//! | `net.rs` | NET connectors: layout and the proxy's state machine (`net/thread.rs`: the proxy thread and NET block) |
+//! | `net.rs` | NET connectors: layout and the proxy's state machine (`net/thread.rs`: the proxy thread and NET block; `net/rail.rs`: collnet's rail pairs) |
 //! | `stream.rs` | [`CudaStream`], [`CudaGraph`] |
 //! | `abi.rs` | the structs and constants shared with `kernels/coll.cu` |
 //! | `peer_mem/` | peer memory: allocation export/import (IPC handles, VMM descriptors), peer kernels on registered buffers, copy-engine collectives: the schedule of copies, the flags and the per-call board in the control segments, the registration caches, the stream sequence |
@@ -54,8 +56,23 @@
 //! bridged over MPI point-to-point by a proxy thread (needs
 //! `MPI_THREAD_MULTIPLE`). No direct path there.
 //!
+//! Device choice: the world communicator takes GPU (index among the
+//! processes of its host) % (GPU count), so simulated nodes on one host
+//! still spread over its GPUs; `split` and `duplicate` stay on the parent's
+//! GPU; `from_raw_mpi` takes the device of the calling thread's current
+//! CUDA context when one is current, `from_raw_mpi_on_device` the GPU it
+//! is given.
+//!
+//! The backend's own stream is non-blocking. With
+//! `Config::legacy_stream_order` (the MPI shim's communicators) it is a
+//! blocking stream instead, so its work is ordered after the program's
+//! legacy default stream, as an MPI program expects.
+//!
 //! Limits: step plans run the Simple protocol only (the one-shot kernel
-//! also has an LL variant).
+//! also has an LL variant). NET moves pieces through host memory and MPI
+//! (no RDMA or GPUDirect). Managed and pool memory reach peers through
+//! bounce buffers, not peer mappings. `docs/CUDA_NOTES.md` has the design
+//! notes and the measured figures.
 
 mod abi;
 mod backend;

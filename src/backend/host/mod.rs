@@ -16,6 +16,11 @@
 //! channels of a launch onto one thread (round-robin) or one thread per
 //! channel; by default channels get their own threads when the node has at
 //! least two cores per local rank.
+//!
+//! A failed communicator abandons its MPI communicators instead of freeing
+//! them: messages of the unfinished call may still arrive, and Open MPI
+//! would hand them to the next communicator that reuses the freed context
+//! id.
 
 pub(crate) mod exchange;
 pub(crate) mod exec;

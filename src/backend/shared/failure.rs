@@ -4,6 +4,14 @@
 //! A failed backend raises the abort word in every local peer's segment
 //! and leaves its reason in its own, so the whole node fails quickly with
 //! `PeerFailed` naming the first failure instead of timing out.
+//!
+//! A published failure carries the sequence number of the first call it
+//! belongs to. A rank still finishing an earlier call, whose part the
+//! failed peer completed, finishes it; only calls from that number on fail.
+//!
+//! Across nodes nothing is published. Ranks on another node learn of a
+//! failure by their own timeout, or by a dead process on their host
+//! (`liveness`).
 
 use super::shm::Mapping;
 use crate::error::{Error, Result};
