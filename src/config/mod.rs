@@ -132,10 +132,11 @@ pub struct Config {
     /// the next call before it leaves (default
     /// [`DEFAULT_RESIDENT_LINGER_US`] µs).
     pub resident_linger: Duration,
-    /// `GPUCOLL_CE_BATCH=0`: copy-engine collectives issue one driver copy
-    /// per peer instead of one batched copy call (`cuMemcpyBatchAsync`),
-    /// to compare the two or to get past a driver whose batches fail. On
-    /// by default. Per rank.
+    /// `GPUCOLL_CE_BATCH=0`: copy-engine collectives copy piece by piece
+    /// over their streams instead of in one `cuMemcpyBatchAsync` (which
+    /// graph capture and the legacy default stream always avoid), to
+    /// compare the two or to get past a driver whose batches fail. On by
+    /// default. Per rank.
     pub ce_batch: bool,
     /// `GPUCOLL_PROFILE_HOST=1`: the CUDA backend sums the host time of
     /// each phase of a call and logs the sums when the communicator ends
