@@ -223,3 +223,85 @@ fn planted_and_squatted_segments_are_refused() {
     own.unlink().unwrap();
     assert!(!exists(&planted));
 }
+
+/// The creator of a segment in another PID namespace (the parent test
+/// starts this under `unshare -p -f`, where it is pid 1): make a segment,
+/// print its name, keep it until stdin closes.
+#[test]
+#[ignore = "the creator process of pidns_stale_cleanup_keeps_a_live_job, started by it"]
+fn pidns_creator_process() {
+    if std::env::var_os("GPUCOLL_TEST_PIDNS_CREATOR").is_none() {
+        return;
+    }
+    let nonce = process::random_nonce().unwrap();
+    let name = segment_name(SegOwner::Host, std::process::id(), nonce, 0);
+    let mut m = Mapping::create(&name, CONTROL_BYTES).unwrap();
+    println!("SEGMENT {name}");
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    m.unlink().unwrap();
+}
+
+/// Stale cleanup run beside a live job in another PID namespace (a
+/// container sharing /dev/shm): the job's segment names a pid that means
+/// another process here (pid 1, alive, started at another time), which a
+/// pid-and-start-time check alone would take for a reused pid. The
+/// namespace in its header keeps it.
+#[test]
+fn pidns_stale_cleanup_keeps_a_live_job() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    let probe = Command::new("unshare")
+        .args(["-p", "-f", "true"])
+        .stderr(Stdio::null())
+        .status();
+    if !probe.is_ok_and(|st| st.success()) {
+        println!(
+            "pidns_stale_cleanup_keeps_a_live_job: no new PID namespace here (unshare -p): skipped"
+        );
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new("unshare")
+        .args(["-p", "-f", "--kill-child"])
+        .arg(&exe)
+        .args([
+            "--exact",
+            "backend::shared::shm::tests::pidns_creator_process",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("GPUCOLL_TEST_PIDNS_CREATOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the creator under unshare");
+    // Read to the end (the creator still prints after its name), and
+    // hand the name over.
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in out.lines().map_while(|l| l.ok()) {
+            // The harness's "test ... " may precede it on the line.
+            if let Some((_, n)) = line.split_once("SEGMENT ") {
+                let _ = tx.send(n.trim().to_string());
+            }
+        }
+    });
+    let name = rx.recv_timeout(std::time::Duration::from_secs(60)).ok();
+    let name = name.expect("the creator printed its segment's name");
+    let (pid, _, _) = parse_segment_name(&name[1..]).unwrap();
+    assert_eq!(pid, 1, "the creator is its namespace's first process");
+    assert!(exists(&name));
+    cleanup_stale();
+    assert!(
+        exists(&name),
+        "a live job of another PID namespace keeps its segment"
+    );
+    child.stdin.take().unwrap().write_all(b"done\n").unwrap();
+    assert!(child.wait().unwrap().success());
+    reader.join().unwrap();
+    assert!(!exists(&name), "its creator unlinked it");
+}
