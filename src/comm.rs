@@ -2,14 +2,15 @@
 //!
 //! Creating a communicator is collective over its ranks: they agree on the
 //! `GPUCOLL_*` settings that steer planning (`config::agree`), discover
-//! which ranks share a node (`topo::discover`), and set up the backend and
-//! the engine.
+//! which ranks share a node (`topo::discover`), and set up the backend,
+//! the engine and the point-to-point state (`p2p`).
 
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::mpi::MpiComm;
 use crate::mpi::Runtime;
+use crate::p2p::state::P2pShared;
 use crate::topo::Topology;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,6 +49,9 @@ pub struct Communicator {
 pub(crate) struct CommInner {
     /// Keeps MPI initialized while the communicator lives.
     pub(crate) runtime: Arc<Runtime>,
+    /// Point-to-point messages (dropped before the engine: its device
+    /// side's copies finish before the backend goes).
+    pub(crate) p2p: Arc<P2pShared>,
     /// gpucoll's private duplicate of the user's MPI communicator: bootstrap,
     /// check-mode signatures and the NET transport use it, never the user's.
     pub(crate) mpi: Arc<MpiComm>,
@@ -85,9 +89,13 @@ fn create_on(
     let mpi = Arc::new(mpi);
     let backend = crate::backend::create(&runtime, mpi.clone(), &topo, &config, device)?;
     let engine = Engine::new(backend, topo.clone(), config.clone());
+    // Two more duplicates, which nothing but messages uses: envelopes
+    // (the user's tags, matched by MPI) and their data.
+    let p2p = P2pShared::new(mpi.dup()?, mpi.dup()?, engine.moves(), config.p2p_eager)?;
     Ok(Communicator {
         inner: Arc::new(CommInner {
             runtime,
+            p2p,
             mpi,
             topo,
             config,

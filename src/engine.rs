@@ -18,7 +18,7 @@
 //! timeout. The caller still gets the out-of-memory error.
 
 use crate::backend::shared::failure::Failure;
-use crate::backend::{Backend, BoundPlan, Launch, PendingWork, Registered};
+use crate::backend::{Backend, BoundPlan, DeviceMoves, Launch, PendingWork, Registered};
 use crate::buffer::{MemoryKind, RawBuffer};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -157,6 +157,32 @@ impl Engine {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// The device side of point-to-point messages, if the backend has one.
+    pub(crate) fn moves(&self) -> Option<Arc<dyn DeviceMoves>> {
+        self.backend.moves()
+    }
+
+    /// Whether point-to-point messages may go on: not once the
+    /// communicator failed (or was aborted), nor when the backend found a
+    /// failure or a local peer died (recorded here, for every later call).
+    pub(crate) fn p2p_check(&self) -> Result<()> {
+        self.failed.check()?;
+        let found = self
+            .backend
+            .async_error()
+            .or_else(|| self.backend.peer_failure());
+        if let Some(e) = found {
+            record_fatal(&self.failed, &e);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Record a point-to-point error (a fatal one fails the communicator).
+    pub(crate) fn record(&self, e: &Error) {
+        record_fatal(&self.failed, e);
     }
 
     pub(crate) fn abort(&self, reason: &str) {

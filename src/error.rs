@@ -164,6 +164,19 @@ pub enum Error {
     /// lack of memory. Nothing was launched: the communicator stays usable.
     #[error("out of memory: {call} of {bytes} bytes failed")]
     OutOfMemory { call: &'static str, bytes: u64 },
+    /// A message longer than the receive buffer (MPI's `MPI_ERR_TRUNCATE`):
+    /// its first `capacity` bytes were received, the rest dropped; the
+    /// fields are the message's status.
+    #[error("a message of {bytes} bytes from rank {source_rank} (tag {tag}) was truncated to the receive buffer's {capacity} bytes")]
+    Truncated {
+        source_rank: usize,
+        tag: i32,
+        bytes: u64,
+        capacity: u64,
+    },
+    /// A point-to-point tag outside `0..=max` (`max` is MPI's `MPI_TAG_UB`).
+    #[error("tag {tag} is out of range (0..={max})")]
+    InvalidTag { tag: i32, max: i32 },
     /// A count too large for this platform or transport.
     #[error("count {0} is too large")]
     CountTooLarge(u64),

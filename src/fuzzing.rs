@@ -36,6 +36,11 @@ pub fn host_setup_exchange(data: &[u8]) -> bool {
     .is_ok()
 }
 
+/// A point-to-point message's envelope (`p2p/envelope.rs`).
+pub fn p2p_envelope(data: &[u8]) -> bool {
+    crate::p2p::parse_envelope(data)
+}
+
 /// A `/proc/<pid>/stat` line's start time.
 pub fn proc_stat_start_time(data: &[u8]) -> bool {
     std::str::from_utf8(data)

@@ -1,8 +1,10 @@
 //! # gpucoll
 //!
 //! MPI-style collectives (all_reduce, reduce, broadcast, all_gather,
-//! reduce_scatter, all_to_all, gather, scatter; blocking, immediate and
-//! grouped) with an rsmpi-like API. MPI launches the job and bootstraps the
+//! reduce_scatter, all_to_all, gather, scatter, scan, exclusive_scan;
+//! blocking, immediate and grouped) and point-to-point messages ([`p2p`]:
+//! send, receive, probe; device memory moved GPU to GPU) with an rsmpi-like
+//! API. MPI launches the job and bootstraps the
 //! communicators; gpucoll moves the data itself with its own engine:
 //! topology, ring/tree graphs, a cost-model tuner, a planner, and backends
 //! that execute the plans (the host backend over shared memory and MPI
@@ -29,6 +31,7 @@ pub mod datatype;
 pub mod env;
 pub mod error;
 pub mod op;
+pub mod p2p;
 pub mod request;
 #[cfg(feature = "rsmpi")]
 pub mod rsmpi;
@@ -64,7 +67,8 @@ mod testutil;
 
 #[cfg(feature = "cuda")]
 pub use backend::cuda::{
-    device_memory, memory_kind_of, CudaGraph, CudaStream, DeviceBuffer, DeviceView, DeviceViewMut,
+    device_count, device_memory, memory_kind_of, CudaGraph, CudaStream, DeviceBuffer, DeviceView,
+    DeviceViewMut,
 };
 pub use buffer::{Buffer, BufferMut, MemoryKind, RawBuffer};
 pub use coll::{CudaStreamRaw, Group, GroupProcess, Process, Registration};
@@ -80,7 +84,8 @@ pub use mpi::wtime;
 /// depending on `mpi-sys` itself.
 pub use mpi_sys;
 pub use op::ReduceOp;
-pub use request::{scope, RawRequest, Request, Scope};
+pub use p2p::{AnyProcess, Message, RawMessageRequest, ReceiveRequest, Source, Status};
+pub use request::{scope, wait_all, RawRequest, Request, Scope};
 pub use task::CollKind;
 
 /// Everything a typical program needs.
@@ -100,6 +105,6 @@ pub use task::CollKind;
 pub mod prelude {
     pub use crate::{
         bf16, f16, initialize, Buffer, BufferMut, Communicator, Datatype, Equivalence, Error,
-        Process, ReduceOp, Result,
+        Process, ReduceOp, Result, Status,
     };
 }

@@ -27,7 +27,8 @@ use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use std::fmt;
 
-/// A reduction operation for `all_reduce`, `reduce` and `reduce_scatter`.
+/// A reduction operation for `all_reduce`, `reduce`, `reduce_scatter`,
+/// `scan` and `exclusive_scan` (which refuse `Avg`).
 ///
 /// ```
 /// use gpucoll::{Datatype, Error, ReduceOp};

@@ -1,6 +1,9 @@
 //! MPI's own collectives on host slices: the oracle of the tests and the
 //! `--vs-mpi` comparison of the bench.
 //!
+//! [`send`], [`receive`] and [`send_receive`] are MPI's own point-to-point
+//! messages, the oracle of gpucoll's (`crate::p2p`).
+//!
 //! Every function runs the MPI collective of the same name on the
 //! communicator's private MPI duplicate (never through gpucoll's engine), so
 //! it must be called on all ranks, like any collective. Reductions exist
@@ -92,6 +95,33 @@ pub fn reduce<T: Equivalence>(
     mpi.reduce_typed(send, recv, op, root)
 }
 
+/// `MPI_Scan`: `recv[i]` of rank r = `op` over `send[i]` of ranks 0..=r.
+/// Both slices have the same length.
+pub fn scan<T: Equivalence>(
+    comm: &Communicator,
+    send: &[T],
+    recv: &mut [T],
+    op: ReduceOp,
+) -> Result<()> {
+    let mpi = mpi_of(comm)?;
+    check_len("receive", send.len(), recv.len())?;
+    mpi.scan_typed(send, recv, op, false)
+}
+
+/// `MPI_Exscan`: `recv[i]` of rank r > 0 = `op` over `send[i]` of ranks
+/// 0..r. Rank 0's `recv` is whatever MPI leaves there (undefined by MPI).
+/// Both slices have the same length.
+pub fn exclusive_scan<T: Equivalence>(
+    comm: &Communicator,
+    send: &[T],
+    recv: &mut [T],
+    op: ReduceOp,
+) -> Result<()> {
+    let mpi = mpi_of(comm)?;
+    check_len("receive", send.len(), recv.len())?;
+    mpi.scan_typed(send, recv, op, true)
+}
+
 /// `MPI_Bcast`: every rank's `buf` receives the root's (equal lengths on all ranks).
 pub fn broadcast<T: Equivalence>(comm: &Communicator, buf: &mut [T], root: usize) -> Result<()> {
     let mpi = mpi_of(comm)?;
@@ -170,6 +200,60 @@ pub fn scatter<T: Equivalence>(
 /// `MPI_Barrier`.
 pub fn barrier(comm: &Communicator) -> Result<()> {
     mpi_of(comm)?.barrier()
+}
+
+/// The bytes of a typed slice (every `Equivalence` type is plain data).
+fn bytes_of<T: Equivalence>(v: &[T]) -> &[u8] {
+    // SAFETY: `T` is one of the ten plain element types (no padding, any
+    // bit pattern valid); the view covers exactly the slice's memory.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+fn bytes_of_mut<T: Equivalence>(v: &mut [T]) -> &mut [u8] {
+    // SAFETY: as for `bytes_of`; any bytes written are a valid `T`.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(v)) }
+}
+
+/// What [`receive`] and [`send_receive`] learned: the source, the tag and
+/// the bytes of the message (MPI's status).
+pub type Received = crate::mpi::Received;
+
+/// `MPI_Send` of `buf` to `dest` with `tag` (blocking, MPI's own
+/// point-to-point on the communicator's private duplicate: the oracle of
+/// gpucoll's messages).
+pub fn send<T: Equivalence>(comm: &Communicator, buf: &[T], dest: usize, tag: i32) -> Result<()> {
+    mpi_of(comm)?.send_bytes(bytes_of(buf), dest, tag)
+}
+
+/// `MPI_Recv` into `buf`; `None` is any source / any tag. A longer
+/// message is MPI's truncation error ([`Error::Mpi`]).
+pub fn receive<T: Equivalence>(
+    comm: &Communicator,
+    buf: &mut [T],
+    source: Option<usize>,
+    tag: Option<i32>,
+) -> Result<Received> {
+    mpi_of(comm)?.recv_bytes(bytes_of_mut(buf), source, tag)
+}
+
+/// `MPI_Sendrecv`.
+pub fn send_receive<T: Equivalence>(
+    comm: &Communicator,
+    send: &[T],
+    dest: usize,
+    send_tag: i32,
+    recv: &mut [T],
+    source: Option<usize>,
+    recv_tag: Option<i32>,
+) -> Result<Received> {
+    mpi_of(comm)?.sendrecv_bytes(
+        bytes_of(send),
+        dest,
+        send_tag,
+        bytes_of_mut(recv),
+        source,
+        recv_tag,
+    )
 }
 
 /// Test hook: the largest element count one MPI call of this module moves

@@ -161,6 +161,40 @@ impl Request<'_> {
     }
 }
 
+/// Wait for every request (immediate collectives, sends, and receives
+/// turned into a [`Request`] with `.into()`), in any order: the first
+/// error, after all of them completed.
+///
+/// ```no_run
+/// # use gpucoll::prelude::*;
+/// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+/// let (rank, size) = (world.rank(), world.size());
+/// let (left, right) = ((rank + size - 1) % size, (rank + 1) % size);
+/// let edge = vec![rank as f64; 512];
+/// let (mut from_left, mut from_right) = (vec![0f64; 512], vec![0f64; 512]);
+/// gpucoll::scope(|s| {
+///     let reqs = vec![
+///         world.process_at_rank(left).immediate_receive_into(s, &mut from_left)?.into(),
+///         world.process_at_rank(right).immediate_receive_into(s, &mut from_right)?.into(),
+///         world.process_at_rank(left).immediate_send(s, &edge)?,
+///         world.process_at_rank(right).immediate_send(s, &edge)?,
+///     ];
+///     gpucoll::wait_all(reqs)
+/// })?;
+/// # Ok::<(), gpucoll::Error>(())
+/// ```
+pub fn wait_all<'a>(requests: impl IntoIterator<Item = Request<'a>>) -> Result<()> {
+    let mut first = Ok(());
+    for r in requests {
+        if let Err(e) = r.wait() {
+            if first.is_ok() {
+                first = Err(e);
+            }
+        }
+    }
+    first
+}
+
 /// An immediate collective on raw buffers, in flight. Not tied to a scope:
 /// the unsafe call that started it made the caller responsible for the
 /// buffers until it completes. Dropping it waits for the collective.

@@ -18,6 +18,8 @@ use crate::op::ReduceOp;
 /// assert_eq!(CollKind::parse("reduce-scatter"), Some(CollKind::ReduceScatter));
 /// let rooted: Vec<_> = CollKind::ALL.into_iter().filter(|k| k.rooted()).collect();
 /// assert_eq!(rooted.len(), 4);
+/// // MPI's short name of the exclusive scan parses too.
+/// assert_eq!(CollKind::parse("exscan"), Some(CollKind::ExclusiveScan));
 /// ```
 ///
 /// [`Communicator::raw_collective`]: crate::Communicator::raw_collective
@@ -31,11 +33,18 @@ pub enum CollKind {
     AllToAll,
     Gather,
     Scatter,
+    /// Inclusive prefix reduction (`MPI_Scan`): rank r receives the
+    /// reduction of the inputs of ranks 0..=r.
+    Scan,
+    /// Exclusive prefix reduction (`MPI_Exscan`): rank r > 0 receives the
+    /// reduction of the inputs of ranks 0..r; rank 0's output is left
+    /// untouched (MPI leaves it undefined).
+    ExclusiveScan,
 }
 
 impl CollKind {
     /// Every collective, in a stable order.
-    pub const ALL: [CollKind; 8] = [
+    pub const ALL: [CollKind; 10] = [
         CollKind::AllReduce,
         CollKind::Reduce,
         CollKind::Broadcast,
@@ -44,6 +53,8 @@ impl CollKind {
         CollKind::AllToAll,
         CollKind::Gather,
         CollKind::Scatter,
+        CollKind::Scan,
+        CollKind::ExclusiveScan,
     ];
 
     /// nccl-tests style name (`all_reduce`, ...).
@@ -57,16 +68,22 @@ impl CollKind {
             CollKind::AllToAll => "all_to_all",
             CollKind::Gather => "gather",
             CollKind::Scatter => "scatter",
+            CollKind::Scan => "scan",
+            CollKind::ExclusiveScan => "exclusive_scan",
         }
     }
 
-    /// Parse a name as printed by [`CollKind::name`] (also without underscores).
+    /// Parse a name as printed by [`CollKind::name`] (also without
+    /// underscores), or MPI's `exscan` for [`CollKind::ExclusiveScan`].
     pub fn parse(s: &str) -> Option<CollKind> {
         let norm: String = s
             .chars()
             .filter(|c| *c != '_' && *c != '-')
             .collect::<String>()
             .to_ascii_lowercase();
+        if norm == "exscan" {
+            return Some(CollKind::ExclusiveScan);
+        }
         CollKind::ALL
             .into_iter()
             .find(|k| k.name().replace('_', "") == norm)
@@ -76,8 +93,20 @@ impl CollKind {
     pub const fn reduces(self) -> bool {
         matches!(
             self,
-            CollKind::AllReduce | CollKind::Reduce | CollKind::ReduceScatter
+            CollKind::AllReduce
+                | CollKind::Reduce
+                | CollKind::ReduceScatter
+                | CollKind::Scan
+                | CollKind::ExclusiveScan
         )
+    }
+
+    /// Whether the collective is a prefix reduction ([`CollKind::Scan`],
+    /// [`CollKind::ExclusiveScan`]): its result depends on the rank, so
+    /// ops whose lowering depends on the communicator size (`Avg`) do not
+    /// apply.
+    pub const fn is_scan(self) -> bool {
+        matches!(self, CollKind::Scan | CollKind::ExclusiveScan)
     }
 
     /// Whether the collective has a root rank.
@@ -94,7 +123,8 @@ impl CollKind {
 /// `count` is the per-rank block size in elements, with the meaning NCCL
 /// gives it: the full vector for all_reduce/reduce/broadcast; each rank's
 /// contribution for all_gather and gather; each rank's result for
-/// reduce_scatter and scatter; the block sent to each peer for all_to_all.
+/// reduce_scatter and scatter; the block sent to each peer for all_to_all;
+/// the whole vector for scan and exclusive_scan.
 /// So the input buffer holds `count` elements except for reduce_scatter,
 /// all_to_all and scatter (root) where it holds `count * size`; the output
 /// holds `count` except for all_gather, all_to_all and gather (root) where it
@@ -122,7 +152,11 @@ impl Task {
             | CollKind::AllToAll
             | CollKind::Gather
             | CollKind::Scatter => per.saturating_mul(nranks as u64),
-            CollKind::AllReduce | CollKind::Reduce | CollKind::Broadcast => per,
+            CollKind::AllReduce
+            | CollKind::Reduce
+            | CollKind::Broadcast
+            | CollKind::Scan
+            | CollKind::ExclusiveScan => per,
         }
     }
 
@@ -137,7 +171,9 @@ impl Task {
             | CollKind::Reduce
             | CollKind::Broadcast
             | CollKind::AllGather
-            | CollKind::Gather => self.count,
+            | CollKind::Gather
+            | CollKind::Scan
+            | CollKind::ExclusiveScan => self.count,
         }
     }
 
@@ -153,7 +189,9 @@ impl Task {
             | CollKind::Reduce
             | CollKind::Broadcast
             | CollKind::ReduceScatter
-            | CollKind::Scatter => self.count,
+            | CollKind::Scatter
+            | CollKind::Scan
+            | CollKind::ExclusiveScan => self.count,
         }
     }
 }
@@ -172,6 +210,27 @@ mod tests {
             CollKind::parse("reducescatter"),
             Some(CollKind::ReduceScatter)
         );
+        assert_eq!(CollKind::parse("Exscan"), Some(CollKind::ExclusiveScan));
+        assert_eq!(CollKind::parse("scan"), Some(CollKind::Scan));
+    }
+
+    #[test]
+    fn scans_reduce_whole_vectors() {
+        for kind in [CollKind::Scan, CollKind::ExclusiveScan] {
+            let t = Task {
+                kind,
+                dtype: Datatype::I32,
+                op: ReduceOp::Sum,
+                count: 7,
+                root: 0,
+                in_place: false,
+            };
+            assert!(kind.reduces() && kind.is_scan() && !kind.rooted());
+            for rank in 0..3 {
+                assert_eq!((t.input_len(rank, 3), t.output_len(rank, 3)), (7, 7));
+            }
+            assert_eq!(t.bytes(3), 28);
+        }
     }
 
     #[test]

@@ -12,8 +12,8 @@ use gpucoll::prelude::*;
 use gpucoll::reference as mpi;
 use std::time::{Duration, Instant};
 
-const ALL_COLLS: &str =
-    "all_reduce,reduce,broadcast,all_gather,reduce_scatter,all_to_all,gather,scatter";
+const ALL_COLLS: &str = "all_reduce,reduce,broadcast,all_gather,reduce_scatter,all_to_all,\
+     gather,scatter,scan,exclusive_scan";
 const ALL_DTYPES: &str = "i8,u8,i32,u32,i64,u64,f16,bf16,f32,f64";
 /// One dtype per element size, for the env/algorithm variants.
 const SOME_DTYPES: &str = "u8,bf16,i32,f32,f64";
@@ -474,6 +474,22 @@ fn run_one<T: El>(
         }
     );
     let what = |s: &str| format!("{label}: {s}");
+    if coll.is_scan() && op == ReduceOp::Avg {
+        // A prefix of r+1 ranks cannot divide by the communicator's size:
+        // a local, non-fatal argument error on every rank.
+        let (send, mut out) = (vec![T::default(); count], vec![T::default(); count]);
+        ctx.checks += 1;
+        let res = if coll == Coll::Scan {
+            world.scan_into(&send, &mut out, op)
+        } else {
+            world.exclusive_scan_into(&send, &mut out, op)
+        };
+        if !matches!(res, Err(Error::InvalidOp { .. })) {
+            ctx.fails
+                .push(what(&format!("expected InvalidOp, got {res:?}")));
+        }
+        return;
+    }
     if coll.reduces() && !op.applies_to(T::DATATYPE) {
         // MPI defines bitwise and logical ops for integers only, and an
         // integer PreMulSum needs an integer scalar: a local, non-fatal
@@ -582,6 +598,37 @@ fn run_one<T: El>(
                 &what("reference::scatter"),
             );
             Some(Expect::Exact(e))
+        }
+        // MPI's prefix where it has the op; else every rank's input and
+        // the same local fold over ranks 0..=rank (0..rank exclusive).
+        Coll::Scan | Coll::ExclusiveScan => {
+            let exclusive = coll == Coll::ExclusiveScan;
+            let upto = rank + usize::from(!exclusive);
+            let e = if mpi_can::<T>(op) {
+                let mut e = poisoned::<T>(count);
+                let r = if exclusive {
+                    mpi::exclusive_scan(world, &send, &mut e, op)
+                } else {
+                    mpi::scan(world, &send, &mut e, op)
+                };
+                ok(r, &what("reference::scan/exclusive_scan"));
+                Expect::Exact(e)
+            } else {
+                let inputs = gather_inputs(world, &send);
+                if upto == 0 {
+                    Expect::Exact(Vec::new()) // rank 0 of exclusive_scan: below
+                } else {
+                    local_reduce(&inputs[..upto], op)
+                }
+            };
+            // gpucoll never writes rank 0's output of an exclusive scan
+            // (MPI leaves it undefined): it keeps the poison, or in place
+            // the input.
+            Some(match (upto == 0, ip) {
+                (false, _) => e,
+                (true, false) => Expect::Exact(poisoned::<T>(count)),
+                (true, true) => Expect::Exact(send.clone()),
+            })
         }
     };
 
@@ -731,6 +778,35 @@ fn run_one<T: El>(
             ok(p.scatter_into(&mut out), &what("scatter_into"));
             Some(out)
         }
+        (Coll::Scan, false) => {
+            let mut out = poisoned::<T>(count);
+            ok(
+                world.scan_into(&send_after, &mut out, op),
+                &what("scan_into"),
+            );
+            Some(out)
+        }
+        (Coll::Scan, true) => {
+            let mut buf = send.clone();
+            ok(world.scan_in_place(&mut buf, op), &what("scan_in_place"));
+            Some(buf)
+        }
+        (Coll::ExclusiveScan, false) => {
+            let mut out = poisoned::<T>(count);
+            ok(
+                world.exclusive_scan_into(&send_after, &mut out, op),
+                &what("exclusive_scan_into"),
+            );
+            Some(out)
+        }
+        (Coll::ExclusiveScan, true) => {
+            let mut buf = send.clone();
+            ok(
+                world.exclusive_scan_in_place(&mut buf, op),
+                &what("exclusive_scan_in_place"),
+            );
+            Some(buf)
+        }
     };
     // inputs of out-of-place calls (and of the non-root/in-place-root cases above) must not change
     ctx.checks += 1;
@@ -855,6 +931,10 @@ fn scenario_immediate(world: &Communicator) -> std::result::Result<(), String> {
             .map(|k| gen_vec(sd(100 + k), 17 * (k as usize + 1), Data::Bits))
             .collect();
         let mut many_out: Vec<Vec<u32>> = many_in.iter().map(|v| poisoned(v.len())).collect();
+        let scan_in: Vec<u64> = gen_vec(sd(10), c, Data::Bits);
+        let mut scan_out = poisoned::<u64>(c);
+        let mut ex_buf: Vec<i32> = gen_vec(sd(11), c, Data::Bits);
+        let ex_in = ex_buf.clone();
 
         let mut polls = 0u64;
         let res: gpucoll::Result<()> = gpucoll::scope(|s| {
@@ -880,6 +960,8 @@ fn scenario_immediate(world: &Communicator) -> std::result::Result<(), String> {
             } else {
                 p.immediate_scatter_into(s, &mut sc_out)?
             };
+            let r10 = world.immediate_scan_into(s, &scan_in, &mut scan_out, ReduceOp::Sum)?;
+            let r11 = world.immediate_exclusive_scan_in_place(s, &mut ex_buf, ReduceOp::Max)?;
             let mut many = Vec::new();
             for (i, o) in many_in.iter().zip(many_out.iter_mut()) {
                 many.push(world.immediate_all_reduce_into(s, i, o, ReduceOp::Sum)?);
@@ -902,6 +984,8 @@ fn scenario_immediate(world: &Communicator) -> std::result::Result<(), String> {
             for r in many.into_iter().rev() {
                 r.wait()?;
             }
+            r11.wait()?;
+            r10.wait()?;
             r9.wait()?;
             r8.wait()?;
             r7.wait()?;
@@ -970,6 +1054,23 @@ fn scenario_immediate(world: &Communicator) -> std::result::Result<(), String> {
         let mut e = poisoned::<u32>(c);
         ok(mpi::scatter(world, &sc_in, &mut e, root), "ref");
         check_exact(&lab("scatter u32"), &sc_out, &e, &mut fails);
+        let mut e = poisoned::<u64>(c);
+        ok(mpi::scan(world, &scan_in, &mut e, ReduceOp::Sum), "ref");
+        check_exact(&lab("scan u64 sum"), &scan_out, &e, &mut fails);
+        let mut e = poisoned::<i32>(c);
+        ok(
+            mpi::exclusive_scan(world, &ex_in, &mut e, ReduceOp::Max),
+            "ref",
+        );
+        if rank == 0 {
+            e = ex_in.clone(); // never written on rank 0
+        }
+        check_exact(
+            &lab("exclusive_scan_in_place i32 max"),
+            &ex_buf,
+            &e,
+            &mut fails,
+        );
         for (k, (i, o)) in many_in.iter().zip(&many_out).enumerate() {
             let mut e = poisoned::<u32>(i.len());
             ok(mpi::all_reduce(world, i, &mut e, ReduceOp::Sum), "ref");
@@ -1110,9 +1211,15 @@ fn scenario_group(world: &Communicator) -> std::result::Result<(), String> {
             .map(|k| gen_vec(sd(200 + k), k as usize + 1, Data::Bits))
             .collect();
         let mut small_out: Vec<Vec<u8>> = small_in.iter().map(|v| poisoned(v.len())).collect();
+        let mut scan_buf: Vec<f32> = gen_vec(sd(13), c, Data::Reduce);
+        let scan_in = scan_buf.clone();
+        let ex: Vec<u32> = gen_vec(sd(14), c, Data::Bits);
+        let mut ex_out = poisoned::<u32>(c);
 
         ok(
             world.group(|g| {
+                g.scan_in_place(&mut scan_buf, ReduceOp::Sum)?;
+                g.exclusive_scan_into(&ex, &mut ex_out, ReduceOp::BitXor)?;
                 g.all_reduce_into(&a, &mut a_out, ReduceOp::Sum)?;
                 g.process_at_rank(root2).broadcast_into(&mut bc)?;
                 g.all_gather_into(&x, &mut y)?;
@@ -1183,6 +1290,18 @@ fn scenario_group(world: &Communicator) -> std::result::Result<(), String> {
             ok(mpi::all_reduce(world, i, &mut e, ReduceOp::Sum), "ref");
             check_exact(&lab(&format!("small all_reduce #{k}")), o, &e, &mut fails);
         }
+        let mut e = poisoned::<f32>(c);
+        ok(mpi::scan(world, &scan_in, &mut e, ReduceOp::Sum), "ref");
+        check_exact(&lab("scan_in_place f32 sum"), &scan_buf, &e, &mut fails);
+        let mut e = poisoned::<u32>(c);
+        ok(
+            mpi::exclusive_scan(world, &ex, &mut e, ReduceOp::BitXor),
+            "ref",
+        );
+        if rank == 0 {
+            e = poisoned(c); // never written on rank 0
+        }
+        check_exact(&lab("exclusive_scan u32 bxor"), &ex_out, &e, &mut fails);
 
         // the rooted in-place forms, grouped
         let rip_in: Vec<u32> = gen_vec(sd(10), c, Data::Bits);
@@ -1326,6 +1445,28 @@ fn sub_collectives(comm: &Communicator, tag: &str, fails: &mut Vec<String>) {
             &full.slice(rank * c, (rank + 1) * c),
             fails,
         );
+
+        // The prefix follows this communicator's ranks, not the world's.
+        let sc: Vec<i64> = gen_vec(sd(6), c, Data::Bits);
+        let mut got = poisoned::<i64>(c);
+        ok(comm.scan_into(&sc, &mut got, ReduceOp::Sum), &lab("scan"));
+        let mut e = poisoned::<i64>(c);
+        ok(mpi::scan(comm, &sc, &mut e, ReduceOp::Sum), "ref");
+        check_exact(&lab("scan i64 sum"), &got, &e, fails);
+        let mut got = poisoned::<i64>(c);
+        ok(
+            comm.exclusive_scan_into(&sc, &mut got, ReduceOp::BitOr),
+            &lab("exclusive_scan"),
+        );
+        let mut e = poisoned::<i64>(c);
+        ok(
+            mpi::exclusive_scan(comm, &sc, &mut e, ReduceOp::BitOr),
+            "ref",
+        );
+        if rank == 0 {
+            e = poisoned(c);
+        }
+        check_exact(&lab("exclusive_scan i64 bor"), &got, &e, fails);
 
         let g: Vec<u64> = gen_vec(sd(5), c, Data::Bits);
         let r0 = n / 2;

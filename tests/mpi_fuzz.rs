@@ -30,7 +30,7 @@ fn main() {
 
 use gpucoll::CollKind as Kind;
 
-const KINDS: [Kind; 8] = Kind::ALL;
+const KINDS: [Kind; 10] = Kind::ALL;
 
 /// A byte buffer with poisoned guards on both sides; `at(off)` is the
 /// address `off` bytes into the payload.
@@ -111,7 +111,7 @@ fn worker(scenario: &str) -> std::result::Result<(), String> {
 /// error, Err a failure of the library (wrong result, guard overwritten).
 fn one_case(world: &Communicator, rng: &mut Rng, k: usize) -> std::result::Result<bool, String> {
     let (rank, n) = (world.rank(), world.size());
-    let kind = KINDS[(rng.next() % 8) as usize];
+    let kind = KINDS[(rng.next() % KINDS.len() as u64) as usize];
     let dtype = Datatype::ALL[(rng.next() % Datatype::ALL.len() as u64) as usize];
     let esize = dtype.size();
     let ops = [
@@ -141,7 +141,7 @@ fn one_case(world: &Communicator, rng: &mut Rng, k: usize) -> std::result::Resul
     // Lengths of the send and receive buffers in bytes (correct for this
     // rank; the raw calls take counts, so lengths cannot disagree).
     let (slen, rlen) = match kind {
-        Kind::AllReduce | Kind::Broadcast => (c, c),
+        Kind::AllReduce | Kind::Broadcast | Kind::Scan | Kind::ExclusiveScan => (c, c),
         Kind::Reduce => (c, c),
         Kind::AllGather | Kind::Gather => (c, c * n),
         Kind::ReduceScatter | Kind::AllToAll => {
@@ -166,7 +166,11 @@ fn one_case(world: &Communicator, rng: &mut Rng, k: usize) -> std::result::Resul
     };
     let rp = recv.ptr(misalign);
     let stream = stray_stream.then_some(std::ptr::null_mut::<c_void>());
-    let in_place_ok = in_place && matches!(kind, Kind::AllReduce | Kind::AllToAll);
+    let in_place_ok = in_place
+        && matches!(
+            kind,
+            Kind::AllReduce | Kind::AllToAll | Kind::Scan | Kind::ExclusiveScan
+        );
     if in_place_ok {
         // The in-place layout: the receive buffer holds this rank's input.
         for i in 0..rlen {
@@ -190,6 +194,8 @@ fn one_case(world: &Communicator, rng: &mut Rng, k: usize) -> std::result::Resul
             Kind::AllToAll => world.all_to_all_raw(s, r, count, dtype, stream),
             Kind::Gather => world.gather_raw(s, r, count, dtype, root, stream),
             Kind::Scatter => world.scatter_raw(s, r, count, dtype, root, stream),
+            Kind::Scan => world.scan_raw(s, r, count, dtype, op, stream),
+            Kind::ExclusiveScan => world.exclusive_scan_raw(s, r, count, dtype, op, stream),
         }
     };
     let what = format!(
@@ -217,6 +223,7 @@ fn one_case(world: &Communicator, rng: &mut Rng, k: usize) -> std::result::Resul
                 root,
                 rank,
                 n,
+                in_place_ok,
                 recv.payload(misalign),
             )
             .map_err(|m| format!("{what}: {m}"))?;
@@ -225,9 +232,10 @@ fn one_case(world: &Communicator, rng: &mut Rng, k: usize) -> std::result::Resul
     }
 }
 
-/// The expected receive bytes for the data-movement collectives, and for
-/// sums of unsigned integers (wrapping, the same bits as the signed ones);
-/// other results are only guard-checked.
+/// The expected receive bytes for the data-movement collectives, for
+/// sums of unsigned integers (wrapping, the same bits as the signed ones),
+/// and for rank 0 of exclusive_scan (never written); other results are
+/// only guard-checked.
 #[allow(clippy::too_many_arguments)]
 fn check_result(
     kind: Kind,
@@ -237,6 +245,7 @@ fn check_result(
     root: usize,
     rank: usize,
     n: usize,
+    in_place: bool,
     got: &[u8],
 ) -> std::result::Result<(), String> {
     let es = dtype.size();
@@ -262,6 +271,17 @@ fn check_result(
                 .collect(),
         ),
         Kind::Scatter => Some((0..c).map(|i| input_byte(root, rank * c + i)).collect()),
+        Kind::ExclusiveScan if rank == 0 => Some(if in_place {
+            (0..c).map(|i| input_byte(rank, i)).collect()
+        } else {
+            vec![POISON; c]
+        }),
+        Kind::Scan | Kind::ExclusiveScan
+            if op == ReduceOp::Sum && !dtype.is_float() && !dtype.is_signed_int() =>
+        {
+            let upto = if kind == Kind::Scan { rank + 1 } else { rank };
+            Some(sum_bytes(es, c, input_byte, upto))
+        }
         Kind::AllReduce | Kind::ReduceScatter
             if op == ReduceOp::Sum && !dtype.is_float() && !dtype.is_signed_int() =>
         {

@@ -78,6 +78,9 @@ pub struct Args {
     /// the peers (`Communicator::register`) before its warmup calls, and
     /// drop the registrations after the size (run.rs).
     pub register: bool,
+    /// `--floor`: measure the host↔GPU signalling floor first (floor.rs)
+    /// and quote every time as a multiple of it.
+    pub floor: bool,
     /// `--algos LIST`: compare the automatic choice with forced algorithms
     /// in one job, interleaved (algos.rs); empty: the ordinary tables.
     pub algos: Vec<String>,
@@ -160,6 +163,7 @@ impl Default for Args {
             overlap_iters: None,
             overlap_launches: 16,
             register: false,
+            floor: false,
             algos: Vec::new(),
             algo_rounds: 3,
             graph_iters: 20,
@@ -186,7 +190,8 @@ Times gpucoll's collectives over a range of message sizes, nccl-tests style.
                             or all (default sum)
       --coll LIST           all_reduce, reduce, broadcast, all_gather,
                             reduce_scatter, all_to_all, gather, scatter,
-                            or all (default all_reduce)
+                            scan, exclusive_scan (or exscan), or all
+                            (default all_reduce)
   -r, --root N              root rank of rooted collectives (default 0)
       --inplace 0|1|2       0 out-of-place, 1 in-place, 2 both (default 2)
       --time-budget SECS    cut each timed loop to about SECS seconds (estimated
@@ -232,6 +237,12 @@ Times gpucoll's collectives over a range of message sizes, nccl-tests style.
                             work; default: calibrated at the start to about
                             200 us per launch, printed in the header)
       --overlap-launches N  kernel launches in one compute job (default 16)
+      --floor               first measure the host<->GPU signalling floor on
+                            every rank at once (a resident GPU thread echoing
+                            a word of mapped host memory; an empty kernel
+                            launch + stream synchronize), print it, and add
+                            an `x floor` column (time / the resident round
+                            trip) to every table (CUDA backend)
       --register            register gpucoll's input and output device
                             buffers (in place: the one buffer) of each size
                             with every peer before its warmup calls
@@ -272,8 +283,11 @@ impl Args {
     /// types only), or one `None` for a collective that does not reduce.
     pub fn ops_for(&self, kind: CollKind, dtype: Datatype) -> Vec<Option<ReduceOp>> {
         if kind.reduces() {
+            // A prefix cannot average (gpucoll refuses Avg for scans).
             let ops = self.ops.iter().copied();
-            ops.filter(|op| op.applies_to(dtype)).map(Some).collect()
+            ops.filter(|op| op.applies_to(dtype) && !(kind.is_scan() && *op == ReduceOp::Avg))
+                .map(Some)
+                .collect()
         } else {
             vec![None]
         }
@@ -406,6 +420,7 @@ where
                 "--vs-nccl" => a.vs_nccl = true,
                 "--overlap" => a.overlap = true,
                 "--register" => a.register = true,
+                "--floor" => a.floor = true,
                 "-h" | "--help" => a.help = true,
                 _ => return Ok(false),
             }
@@ -744,7 +759,11 @@ mod tests {
         assert!(!a.check);
         assert_eq!(a.dtypes, vec![Datatype::F32, Datatype::I8]);
         assert_eq!(a.ops.len(), 12);
-        assert_eq!(a.colls.len(), 8);
+        assert_eq!(a.colls, CollKind::ALL.to_vec());
+        assert!(a.colls.contains(&CollKind::ExclusiveScan));
+        // Avg applies to every reduction but the prefixes.
+        let avg = |k| a.ops_for(k, Datatype::F32).contains(&Some(ReduceOp::Avg));
+        assert!(avg(CollKind::AllReduce) && !avg(CollKind::Scan) && !avg(CollKind::ExclusiveScan));
         assert_eq!(a.root, 2);
         assert_eq!(a.placement, Placement::OutOfPlace);
         assert_eq!(a.json, Some(PathBuf::from("out.json")));
@@ -754,6 +773,8 @@ mod tests {
         assert_eq!(b.ops, vec![ReduceOp::PreMulSum(0.5)]);
         assert_eq!(b.colls, vec![CollKind::ReduceScatter]);
         assert!(b.vs_nccl);
+        let s = p("--coll scan,exscan").unwrap();
+        assert_eq!(s.colls, vec![CollKind::Scan, CollKind::ExclusiveScan]);
         let c = p("--vs-nccl --svg plot.svg --time-budget 0.25 --min-iters 3 -n 50").unwrap();
         assert_eq!(c.svg, Some(PathBuf::from("plot.svg")));
         assert_eq!(c.time_budget, Some(0.25));
@@ -882,6 +903,9 @@ mod tests {
             assert!(p(bad).is_err(), "accepted: {bad}");
         }
         assert!(USAGE.contains("--register "));
+        assert!(p("--floor").unwrap().floor);
+        assert!(!p("").unwrap().floor);
+        assert!(p("--floor=1").is_err());
     }
 
     #[test]

@@ -198,7 +198,11 @@ impl Case {
     pub fn in_place_len(&self) -> usize {
         let (c, n) = (self.count, self.nranks);
         match self.kind {
-            CollKind::AllReduce | CollKind::Broadcast | CollKind::Reduce => c,
+            CollKind::AllReduce
+            | CollKind::Broadcast
+            | CollKind::Reduce
+            | CollKind::Scan
+            | CollKind::ExclusiveScan => c,
             CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll => c * n,
             CollKind::Gather | CollKind::Scatter if self.is_root() => c * n,
             CollKind::Gather | CollKind::Scatter => c,
@@ -258,11 +262,18 @@ impl Case {
     /// The reduction over all ranks of input element `j`, and the tolerance
     /// (absolute) allowed for it.
     fn reduced<T: Elem>(&self, j: usize) -> (T, f64) {
-        let n = self.nranks;
+        self.reduced_upto(j, self.nranks)
+    }
+
+    /// The reduction of input element `j` over ranks `0..n` (a prefix for
+    /// scan and exclusive_scan), and its tolerance. Avg divides by the
+    /// communicator's size (scans refuse it).
+    fn reduced_upto<T: Elem>(&self, j: usize, n: usize) -> (T, f64) {
+        let size = self.nranks;
         if T::DATATYPE.is_float() {
             let xs = (0..n).map(|r| self.input::<T>(r, j).to_f64());
             let scale = match self.op {
-                ReduceOp::Avg => 1.0 / n as f64,
+                ReduceOp::Avg => 1.0 / size as f64,
                 ReduceOp::PreMulSum(s) => s,
                 _ => 1.0,
             };
@@ -297,7 +308,7 @@ impl Case {
                 ReduceOp::Avg => {
                     // Wrapping sum in T, then truncating division.
                     let s = T::wrap_i128(xs.fold(0i128, i128::wrapping_add)).to_i128();
-                    s / n as i128
+                    s / size as i128
                 }
                 ReduceOp::PreMulSum(s) => {
                     let k = T::from_f64(s).to_i128();
@@ -317,10 +328,15 @@ impl Case {
     }
 
     /// Expected element `k` of the (out-of-place layout) output, with the
-    /// tolerance allowed.
+    /// tolerance allowed. Rank 0 of exclusive_scan has no prefix: its
+    /// output must keep the poison it was given (in place: see
+    /// [`check_in_place`](Self::check_in_place)).
     pub fn expected<T: Elem>(&self, k: usize) -> (T, f64) {
         let (c, rank, root) = (self.count, self.rank, self.root);
         match self.kind {
+            CollKind::Scan => self.reduced_upto(k, rank + 1),
+            CollKind::ExclusiveScan if rank == 0 => (Self::poison(), 0.0),
+            CollKind::ExclusiveScan => self.reduced_upto(k, rank),
             CollKind::AllReduce | CollKind::Reduce => self.reduced(k),
             CollKind::ReduceScatter => self.reduced(rank * c + k),
             CollKind::Broadcast => (self.input(root, k), 0.0),
@@ -355,7 +371,9 @@ impl Case {
             CollKind::AllReduce
             | CollKind::Reduce
             | CollKind::ReduceScatter
-            | CollKind::AllToAll => self.input(rank, j),
+            | CollKind::AllToAll
+            | CollKind::Scan
+            | CollKind::ExclusiveScan => self.input(rank, j),
             CollKind::Broadcast if rank == root => self.input(rank, j),
             CollKind::Broadcast => poison,
             CollKind::AllGather | CollKind::Gather => {
@@ -398,7 +416,13 @@ impl Case {
             | CollKind::ReduceScatter
             | CollKind::AllGather
             | CollKind::AllToAll
-            | CollKind::Gather => self.check_output(buf),
+            | CollKind::Gather
+            | CollKind::Scan => self.check_output(buf),
+            // Rank 0's buffer keeps its input.
+            CollKind::ExclusiveScan if self.rank == 0 => crate::par::count_bad(0..buf.len(), |j| {
+                buf[j].to_f64() == self.input::<T>(0, j).to_f64()
+            }),
+            CollKind::ExclusiveScan => self.check_output(buf),
             CollKind::Scatter => crate::par::count_bad(0..buf.len(), |j| {
                 buf[j].to_f64() == self.input::<T>(self.root, j).to_f64()
             }),
@@ -445,7 +469,9 @@ mod tests {
             let mut out: Vec<T> = (0..c.output_len()).map(|k| c.expected::<T>(k).0).collect();
             assert_eq!(c.check_output(&out), 0, "{kind:?} {op:?} {:?}", T::DATATYPE);
             if let Some(x) = out.first_mut() {
-                *x = Case::poison::<T>();
+                // (Rank 0 of exclusive_scan must keep the poison.)
+                let poison = Case::poison::<T>();
+                *x = if *x == poison { T::from_int(1) } else { poison };
                 assert_eq!(c.check_output(&out), 1, "{kind:?} {op:?} {:?}", T::DATATYPE);
             }
         }
@@ -495,6 +521,16 @@ mod tests {
         assert_eq!(lor.expected::<i64>(0).0, 1);
         let lxor = case(CollKind::AllReduce, ReduceOp::LogicalXor, 0);
         assert_eq!(lxor.expected::<u32>(0).0, 0);
+        // Prefixes: ranks 0..=2 (scan) and 0..2 (exclusive_scan) at rank 2.
+        let s = case(CollKind::Scan, ReduceOp::Sum, 2);
+        assert_eq!(s.expected::<i64>(0).0, xs[..3].iter().sum::<i64>());
+        let e = case(CollKind::ExclusiveScan, ReduceOp::Max, 2);
+        assert_eq!(e.expected::<i8>(0).0 as i64, *xs[..2].iter().max().unwrap());
+        let e0 = case(CollKind::ExclusiveScan, ReduceOp::Sum, 0);
+        assert_eq!(e0.expected::<f32>(0).0, Case::poison::<f32>());
+        let mut buf = vec![0f32; e0.in_place_len()];
+        e0.fill_in_place(&mut buf);
+        assert_eq!(e0.check_in_place(&buf), 0, "rank 0 keeps its input");
     }
 
     #[test]

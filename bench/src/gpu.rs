@@ -121,6 +121,8 @@ mod imp {
                     CollKind::AllToAll => world.all_to_all_raw(s, r, c, dt, st),
                     CollKind::Gather => world.gather_raw(s, r, c, dt, root, st),
                     CollKind::Scatter => world.scatter_raw(s, r, c, dt, root, st),
+                    CollKind::Scan => world.scan_raw(s, r, c, dt, op, st),
+                    CollKind::ExclusiveScan => world.exclusive_scan_raw(s, r, c, dt, op, st),
                 }
             };
             res.map_err(|e| format!("{} queued on a stream: {e}", case.kind.name()))

@@ -66,6 +66,7 @@ mod args;
 mod bufs;
 mod compute;
 mod data;
+mod floor;
 mod gpu;
 mod nccl;
 #[cfg(feature = "cuda")]
@@ -191,6 +192,8 @@ pub struct Ctx<'a> {
     /// The compute job of `--overlap`, and its figures per row.
     pub job: Option<&'a overlap::Job<'a>>,
     pub overlaps: Vec<overlap::Record>,
+    /// The signalling floor of `--floor`, in microseconds.
+    pub floor_us: Option<f64>,
 }
 
 impl Ctx<'_> {
@@ -242,6 +245,17 @@ fn bench(world: &Communicator, args: &Args) -> Result<i32, Fail> {
                 "gpucoll-bench: --register needs the CUDA backend (a build with the cuda \
                  feature, a GPU for every rank): it registers gpucoll's device buffers with the \
                  peers, but this communicator uses '{}', which has no device buffers",
+                world.backend_name()
+            );
+        }
+        return Ok(2);
+    }
+    if args.floor && (!gpu::COMPILED || world.backend_name() != "cuda") {
+        if rank == 0 {
+            eprintln!(
+                "gpucoll-bench: --floor needs the CUDA backend (a build with the cuda feature, a \
+                 GPU for every rank): it times a GPU thread answering the host, but this \
+                 communicator uses '{}'",
                 world.backend_name()
             );
         }
@@ -323,6 +337,15 @@ fn bench(world: &Communicator, args: &Args) -> Result<i32, Fail> {
         None => None,
     };
 
+    // Before the tables and before any collective's resident worker
+    // exists, so the floor is the mechanism's own cost on this layout.
+    let floor = match (&gpu, args.floor) {
+        (Some(g), true) => {
+            Some(floor::measure(world, g).map_err(|e| Fail::Runtime(format!("rank {rank}: {e}")))?)
+        }
+        _ => None,
+    };
+
     let mut ctx = Ctx {
         world,
         args,
@@ -334,7 +357,13 @@ fn bench(world: &Communicator, args: &Args) -> Result<i32, Fail> {
         nccl: nccl.as_ref(),
         job: job.as_ref(),
         overlaps: Vec::new(),
+        floor_us: floor.map(|f| f.us()),
     };
+    if let Some(f) = &floor {
+        for line in f.lines(nranks) {
+            ctx.print(&line);
+        }
+    }
     let step = match args.step_bytes {
         Some(b) => format!("{b} bytes"),
         None => format!("{}(factor)", args.step_factor),
@@ -462,6 +491,7 @@ fn compare_algos(world: &Communicator, args: &Args, gpu: Option<&Gpu>) -> Result
         nccl: None,
         job: None,
         overlaps: Vec::new(),
+        floor_us: None,
     };
     algos::run(&mut ctx)
 }
@@ -510,14 +540,18 @@ fn table(ctx: &mut Ctx<'_>, mode: Mode, kind: CollKind) -> Result<(), Fail> {
         title.push_str(", gpucoll on registered buffers");
     }
     ctx.print(&title);
-    ctx.print(&report::header(
+    let header = report::header(
         mode,
         show_oop,
         show_ip,
         args.vs_mpi && mode == Mode::Blocking,
         ctx.nccl.is_some(),
         args.register,
-    ));
+    );
+    ctx.print(&match ctx.floor_us {
+        Some(_) => report::with_floor_header(&header),
+        None => header,
+    });
     for &dtype in &args.dtypes {
         for op in args.ops_for(kind, dtype) {
             with_elem_type!(dtype, T => run::run_type::<T>(ctx, mode, kind, op, show_oop, show_ip)?);
@@ -590,6 +624,7 @@ fn summary(ctx: &mut Ctx<'_>, modes: &[Mode], nccl: Option<&Nccl>) -> Result<i32
     let _ = nccl_wrong;
     let mut status = if wrong == 0 { 0 } else { 1 };
     if let (Some(path), 0) = (&args.json, rank) {
+        let floor_us = ctx.floor_us;
         let objs: Vec<String> = ctx
             .rows
             .iter()
@@ -610,6 +645,7 @@ fn summary(ctx: &mut Ctx<'_>, modes: &[Mode], nccl: Option<&Nccl>) -> Result<i32
                 )
                 .into_iter()
                 .map(move |o| overlap::with_fields(o, &extra))
+                .map(move |o| report::with_floor_json(o, floor_us))
             })
             .collect();
         let text = if objs.is_empty() {

@@ -272,6 +272,8 @@ mod imp {
                 CollKind::AllToAll => self.api.all_to_all.is_some(),
                 CollKind::Gather => self.api.gather.is_some(),
                 CollKind::Scatter => self.api.scatter.is_some(),
+                // NCCL has no prefix reduction.
+                CollKind::Scan | CollKind::ExclusiveScan => false,
                 _ => true,
             }
         }
@@ -410,6 +412,7 @@ mod imp {
                     CollKind::Scatter => {
                         (a.scatter.ok_or_else(missing)?)(s, r, c, dt, root, comm, st)
                     }
+                    CollKind::Scan | CollKind::ExclusiveScan => return Err(missing()),
                 }
             };
             a.check(res, &format!("NCCL {}", case.kind.name()), Some(comm))

@@ -14,7 +14,10 @@ pub fn bus_factor(kind: CollKind, nranks: usize) -> f64 {
         | CollKind::AllToAll
         | CollKind::Gather
         | CollKind::Scatter => (n - 1.0) / n,
-        CollKind::Broadcast | CollKind::Reduce => 1.0,
+        // A chain: every link but the last rank's carries the buffer once
+        // (scan) or twice (exclusive_scan: each input, then each prefix),
+        // which the factor 1 leaves visible as a halved busbw.
+        CollKind::Broadcast | CollKind::Reduce | CollKind::Scan | CollKind::ExclusiveScan => 1.0,
     }
 }
 
@@ -256,6 +259,57 @@ const NCCL_W: usize = 7 + 2 + 6 + 2 + 7 + 2 + 6 + 2 + 7 + 2 + 7 + 2 + 7 + 2 + 6 
 
 /// Width of the `--register` column.
 const REG_W: usize = 10;
+
+/// Width of the `--floor` column.
+const FLOOR_W: usize = 7;
+
+/// `header` with the `x floor` column of `--floor` added to its three lines.
+pub fn with_floor_header(header: &str) -> String {
+    let cells = ["", "x floor", "(t/flr)"];
+    header
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            format!(
+                "{l}  {:>w$}",
+                cells.get(i).copied().unwrap_or(""),
+                w = FLOOR_W
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The `x floor` cell of `row`: its reference time over the floor.
+pub fn floor_cell(row: &Row, floor_us: f64) -> String {
+    match row.reference() {
+        Some(m) if floor_us > 0.0 && m.time_us > 0.0 => {
+            format!("  {:>w$.2}", m.time_us / floor_us, w = FLOOR_W)
+        }
+        _ => format!("  {:>w$}", "-", w = FLOOR_W),
+    }
+}
+
+/// A row's JSON object with `floor_us` and `x_floor` (its time over the
+/// floor) added when `--floor` measured one.
+pub fn with_floor_json(obj: String, floor_us: Option<f64>) -> String {
+    let Some(f) = floor_us else {
+        return obj;
+    };
+    let time = obj
+        .split("\"time_us\":")
+        .nth(1)
+        .and_then(|rest| rest.split([',', '}']).next())
+        .and_then(|t| t.trim().parse::<f64>().ok());
+    let ratio = match time {
+        Some(t) if f > 0.0 => json_num(t / f),
+        _ => "null".to_string(),
+    };
+    match obj.strip_suffix('}') {
+        Some(body) => format!("{body},\"floor_us\":{},\"x_floor\":{ratio}}}", json_num(f)),
+        None => obj,
+    }
+}
 
 /// The three header lines for a table of `mode`; `registered`: the last
 /// column says whether the peers map gpucoll's registered buffers.
@@ -886,5 +940,23 @@ pub(crate) mod tests {
         assert_eq!(fmt_bytes(1536), "1.5 KiB");
         assert_eq!(json_str("a\"b"), "\"a\\\"b\"");
         assert_eq!(json_num(f64::NAN), "null");
+    }
+
+    #[test]
+    fn floor_column_and_json() {
+        let hdr = with_floor_header("# a\n# b\n# c");
+        let lines: Vec<&str> = hdr.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(
+            lines[1].ends_with("x floor") && lines[2].ends_with("(t/flr)"),
+            "{hdr}"
+        );
+        let js = with_floor_json("{\"time_us\":10.0,\"busbw\":1}".to_string(), Some(5.0));
+        assert!(
+            js.contains("\"floor_us\":") && js.contains("\"x_floor\":2"),
+            "{js}"
+        );
+        assert_eq!(with_floor_json("{\"a\":1}".to_string(), None), "{\"a\":1}");
+        assert!(with_floor_json("{\"a\":1}".to_string(), Some(5.0)).contains("\"x_floor\":null"));
     }
 }

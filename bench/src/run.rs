@@ -310,12 +310,16 @@ pub fn run_type<T: Elem>(
             ctx.overlaps.push(rec);
         }
 
-        ctx.print(&row.format(
+        let mut line = row.format(
             show_oop,
             show_ip,
             args.vs_mpi && mode == Mode::Blocking,
             ctx.nccl.is_some(),
-        ));
+        );
+        if let Some(f) = ctx.floor_us {
+            line.push_str(&report::floor_cell(&row, f));
+        }
+        ctx.print(&line);
         ctx.rows.push(row);
         // Every call on these buffers has completed (each mode ends with a
         // synchronize); end the registrations before the buffers go.

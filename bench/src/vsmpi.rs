@@ -26,6 +26,10 @@ fn call<T: Elem>(
         CollKind::AllToAll => reference::all_to_all(world, s, &mut recv[..out_len]),
         CollKind::Gather => reference::gather(world, s, &mut recv[..out_len], case.root),
         CollKind::Scatter => reference::scatter(world, s, &mut recv[..out_len], case.root),
+        CollKind::Scan => reference::scan(world, s, &mut recv[..out_len], case.op),
+        CollKind::ExclusiveScan => {
+            reference::exclusive_scan(world, s, &mut recv[..out_len], case.op)
+        }
     }
 }
 

@@ -51,6 +51,71 @@ pub struct Registered {
     pub direct: bool,
 }
 
+/// Where a peer on this node finds bytes of our device memory: an
+/// allocation's IPC handle, the offset of the first byte in it, its size
+/// and its buffer ID (for point-to-point messages, `crate::p2p`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exported {
+    pub handle: [u8; 64],
+    pub offset: u64,
+    pub alloc_bytes: u64,
+    pub buffer_id: u64,
+}
+
+/// The completion of one copy queued by [`DeviceMoves::copy`].
+pub trait Fence: Send {
+    /// Whether the copy has completed (an error if it failed).
+    fn done(&mut self) -> Result<bool>;
+}
+
+/// Pinned host memory lent by [`DeviceMoves::pinned`] (given back on drop).
+pub trait HostStage: Send {
+    /// The first byte (the block holds at least the bytes asked for).
+    fn ptr(&self) -> *mut u8;
+}
+
+/// Exportable device memory lent by [`DeviceMoves::bounce`] (given back on
+/// drop).
+pub trait DeviceStage: Send {
+    fn addr(&self) -> u64;
+    /// How peers map its first byte.
+    fn exported(&self) -> Exported;
+}
+
+/// The device side of point-to-point messages on a GPU backend: copies on
+/// a stream of their own (never behind the collectives' stream), peer
+/// memory exported and mapped, and pooled staging memory. Every method
+/// binds the backend's GPU to the calling thread first.
+pub trait DeviceMoves: Send + Sync {
+    /// Whether rank `peer`'s device memory can be mapped here (the same
+    /// node, and CUDA IPC between the two GPUs).
+    fn maps_peer(&self, peer: usize) -> bool;
+
+    /// How a peer maps the `bytes` at `addr` of our device memory; None
+    /// where the driver cannot export it (pool, managed or VMM memory, or a
+    /// small allocation sharing a block with others).
+    fn export(&self, addr: u64, bytes: u64) -> Result<Option<Exported>>;
+
+    /// The address here of the first byte `peer` exported.
+    fn open(&self, peer: usize, exported: &Exported) -> Result<u64>;
+
+    /// Queue a copy of `bytes` from `src` to `dst` (device, pinned or
+    /// pageable host memory, or a mapped peer's) on the point-to-point
+    /// stream.
+    ///
+    /// # Safety
+    /// Both ranges are valid for the copy and stay so, unused by anything
+    /// else, until the fence reports it done.
+    unsafe fn copy(&self, dst: u64, src: u64, bytes: u64) -> Result<Box<dyn Fence>>;
+
+    /// Pinned host memory of at least `bytes`.
+    fn pinned(&self, bytes: usize) -> Result<Box<dyn HostStage>>;
+
+    /// Exportable device memory of at least `bytes`; None when none can be
+    /// had (out of memory), and the message goes through host memory.
+    fn bounce(&self, bytes: u64) -> Result<Option<Box<dyn DeviceStage>>>;
+}
+
 /// Work in flight on a backend.
 pub trait PendingWork: Send {
     /// Block until the work completes (or fails, or times out).
@@ -139,6 +204,19 @@ pub trait Backend: Send + Sync {
     /// End registration `id` on this rank (local; never fails).
     fn deregister(&self, id: u64) {
         let _ = id;
+    }
+
+    /// The device side of point-to-point messages (None: the backend moves
+    /// host memory only, and messages are plain MPI messages).
+    fn moves(&self) -> Option<Arc<dyn DeviceMoves>> {
+        None
+    }
+
+    /// A failure of the node that fails every operation now: a local peer
+    /// whose process died, or one that raised the node's abort word. Cheap
+    /// enough to ask in a polling loop (the process check is rate-limited).
+    fn peer_failure(&self) -> Option<Error> {
+        None
     }
 
     /// Whether this backend can use memory of `kind` (default: host only).

@@ -110,6 +110,17 @@ pub(crate) fn prepare(
     }
     let op = if kind.reduces() {
         op.validate(dtype)?;
+        if kind.is_scan() && op == ReduceOp::Avg {
+            // Rank r's prefix averages r+1 inputs, but Avg divides by the
+            // communicator's size (MPI has no averaging op either).
+            return Err(Error::InvalidOp {
+                op: format!(
+                    "{op} (a {} averages a different number of ranks on each rank; use Sum)",
+                    kind.name()
+                ),
+                dtype,
+            });
+        }
         op
     } else {
         ReduceOp::Sum
@@ -133,16 +144,28 @@ pub(crate) fn prepare(
     };
 
     match (kind, args) {
-        (CollKind::AllReduce, Args::Separate { send, recv }) => {
+        // MPI: rank 0's receive buffer of an exclusive scan is not
+        // significant; gpucoll never writes it, so it may be absent.
+        (CollKind::ExclusiveScan, Args::Separate { send, recv: None }) if rank == 0 => {
+            let s = need("send", send)?;
+            Ok(call(task(s.len, false), s, empty_at(s)))
+        }
+        (
+            CollKind::AllReduce | CollKind::Scan | CollKind::ExclusiveScan,
+            Args::Separate { send, recv },
+        ) => {
             let (s, r) = (need("send", send)?, need("receive", recv)?);
             if r.len != s.len {
                 return Err(len_err("receive", s.len, r.len));
             }
             Ok(call(task(s.len, false), s, r))
         }
-        (CollKind::AllReduce, Args::InPlace(b)) | (CollKind::Broadcast, Args::InPlace(b)) => {
-            Ok(call(task(b.len, true), b, b))
-        }
+        // In place, a scan's input is the receive buffer and its result
+        // replaces it (MPI_IN_PLACE); exclusive_scan leaves rank 0's as is.
+        (
+            CollKind::AllReduce | CollKind::Broadcast | CollKind::Scan | CollKind::ExclusiveScan,
+            Args::InPlace(b),
+        ) => Ok(call(task(b.len, true), b, b)),
         (CollKind::Broadcast, Args::Separate { .. }) => {
             Err(Error::InvalidUsage("broadcast takes one buffer".into()))
         }
@@ -390,6 +413,81 @@ mod tests {
                 size: 2,
                 ..
             }
+        ));
+    }
+
+    #[test]
+    fn scans_take_reductions_but_not_avg() {
+        let (s, r) = (vec![0i32; 5], vec![0i32; 5]);
+        let args = Args::Separate {
+            send: Some(s.raw()),
+            recv: Some(r.raw()),
+        };
+        for kind in [CollKind::Scan, CollKind::ExclusiveScan] {
+            for op in ReduceOp::ALL {
+                let res = prepare(kind, args, op, 0, 1, 3, &ok);
+                match op {
+                    ReduceOp::Avg => assert!(
+                        matches!(&res, Err(Error::InvalidOp { op, .. }) if op.contains(kind.name())),
+                        "{res:?}"
+                    ),
+                    _ => assert_eq!(res.unwrap().task.count, 5, "{op}"),
+                }
+            }
+            let short = vec![0i32; 4];
+            let e = prepare(
+                kind,
+                Args::Separate {
+                    send: Some(s.raw()),
+                    recv: Some(short.raw()),
+                },
+                ReduceOp::Sum,
+                0,
+                0,
+                2,
+                &ok,
+            )
+            .unwrap_err();
+            assert!(matches!(
+                e,
+                Error::BufferLength {
+                    expected: 5,
+                    actual: 4,
+                    ..
+                }
+            ));
+            // Rank 0 of an exclusive scan may omit its receive buffer.
+            let send_only = Args::Separate {
+                send: Some(s.raw()),
+                recv: None,
+            };
+            let res = prepare(kind, send_only, ReduceOp::Sum, 0, 0, 2, &ok);
+            if kind == CollKind::ExclusiveScan {
+                let c = res.unwrap();
+                assert_eq!((c.task.count, c.output.len), (5, 0));
+                assert!(prepare(kind, send_only, ReduceOp::Sum, 0, 1, 2, &ok).is_err());
+            } else {
+                assert!(matches!(res, Err(Error::InvalidUsage(_))));
+            }
+            let c = prepare(kind, Args::InPlace(r.raw()), ReduceOp::Max, 0, 0, 2, &ok).unwrap();
+            assert!(c.task.in_place && c.task.count == 5 && c.input == c.output);
+            assert!(matches!(
+                prepare(kind, args, ReduceOp::BitAnd, 0, 0, 2, &|_| Ok(())).map(|c| c.task.op),
+                Ok(ReduceOp::BitAnd)
+            ));
+        }
+        let f = vec![0f32; 5];
+        assert!(matches!(
+            prepare(
+                CollKind::Scan,
+                Args::InPlace(f.raw()),
+                ReduceOp::BitOr,
+                0,
+                0,
+                2,
+                &ok
+            ),
+            Err(Error::InvalidOp { .. })
         ));
     }
 

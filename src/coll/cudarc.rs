@@ -316,6 +316,45 @@ impl<'c, 's> OnStream<'c, 's> {
     ) -> Result<()> {
         self.in_place(CollKind::AllToAll, buf, ReduceOp::Sum, 0)
     }
+
+    /// Stream-ordered [`Communicator::scan_into`].
+    pub fn scan_into<T: Equivalence>(
+        &self,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.separate(CollKind::Scan, send, recv, op, 0)
+    }
+
+    /// Stream-ordered [`Communicator::scan_in_place`].
+    pub fn scan_in_place<T: Equivalence>(
+        &self,
+        buf: &mut impl DevicePtrMut<T>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.in_place(CollKind::Scan, buf, op, 0)
+    }
+
+    /// Stream-ordered [`Communicator::exclusive_scan_into`] (rank 0's
+    /// `recv` is not written).
+    pub fn exclusive_scan_into<T: Equivalence>(
+        &self,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.separate(CollKind::ExclusiveScan, send, recv, op, 0)
+    }
+
+    /// Stream-ordered [`Communicator::exclusive_scan_in_place`].
+    pub fn exclusive_scan_in_place<T: Equivalence>(
+        &self,
+        buf: &mut impl DevicePtrMut<T>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.in_place(CollKind::ExclusiveScan, buf, op, 0)
+    }
 }
 
 /// A root rank for stream-ordered rooted collectives

@@ -133,6 +133,47 @@ impl<'a> Group<'a> {
         self.push(CollKind::AllToAll, separate(send, recv), ReduceOp::Sum, 0)
     }
 
+    /// Grouped [`Communicator::scan_into`].
+    pub fn scan_into<S, R>(&mut self, send: &'a S, recv: &'a mut R, op: ReduceOp) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
+    {
+        self.push(CollKind::Scan, separate(send, recv), op, 0)
+    }
+
+    /// Grouped [`Communicator::scan_in_place`].
+    pub fn scan_in_place<B: BufferMut + ?Sized>(
+        &mut self,
+        buf: &'a mut B,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.push(CollKind::Scan, Args::InPlace(buf.raw_mut()), op, 0)
+    }
+
+    /// Grouped [`Communicator::exclusive_scan_into`].
+    pub fn exclusive_scan_into<S, R>(
+        &mut self,
+        send: &'a S,
+        recv: &'a mut R,
+        op: ReduceOp,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
+    {
+        self.push(CollKind::ExclusiveScan, separate(send, recv), op, 0)
+    }
+
+    /// Grouped [`Communicator::exclusive_scan_in_place`].
+    pub fn exclusive_scan_in_place<B: BufferMut + ?Sized>(
+        &mut self,
+        buf: &'a mut B,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.push(CollKind::ExclusiveScan, Args::InPlace(buf.raw_mut()), op, 0)
+    }
+
     /// The rank `rank` as the root of grouped rooted collectives, as
     /// [`Communicator::process_at_rank`] is for single calls:
     /// `g.process_at_rank(0).broadcast_into(&mut buf)?`.

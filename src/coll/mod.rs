@@ -244,6 +244,73 @@ impl Communicator {
         )
     }
 
+    /// `MPI_Scan`: `recv` of rank r receives the inclusive prefix
+    /// reduction of `send` over ranks 0..=r, element by element. Both hold
+    /// the same number of elements. Every op but [`ReduceOp::Avg`] applies
+    /// (it divides by the communicator's size; [`Error::InvalidOp`]);
+    /// [`ReduceOp::PreMulSum`] scales each rank's input before the prefix
+    /// sum.
+    ///
+    /// ```no_run
+    /// # use gpucoll::prelude::*;
+    /// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+    /// // Each rank's count of items; the running total gives its offset.
+    /// let mine = vec![world.rank() as u64 + 1];
+    /// let mut upto = vec![0u64];
+    /// world.scan_into(&mine, &mut upto, ReduceOp::Sum)?;
+    /// let r = world.rank() as u64;
+    /// assert_eq!(upto[0], (r + 1) * (r + 2) / 2);
+    /// # Ok::<(), gpucoll::Error>(())
+    /// ```
+    ///
+    /// [`Error::InvalidOp`]: crate::Error::InvalidOp
+    pub fn scan_into<S, R>(&self, send: &S, recv: &mut R, op: ReduceOp) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
+    {
+        self.blocking(CollKind::Scan, separate(send, recv), op, 0)
+    }
+
+    /// `MPI_Scan` with `MPI_IN_PLACE`: `buf` is this rank's input and
+    /// receives its prefix.
+    pub fn scan_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B, op: ReduceOp) -> Result<()> {
+        self.blocking(CollKind::Scan, Args::InPlace(buf.raw_mut()), op, 0)
+    }
+
+    /// `MPI_Exscan`: `recv` of rank r > 0 receives the exclusive prefix
+    /// reduction of `send` over ranks 0..r. MPI leaves rank 0's `recv`
+    /// undefined; gpucoll never writes it (it keeps what it held). Ops as
+    /// for [`scan_into`](Self::scan_into).
+    ///
+    /// ```no_run
+    /// # use gpucoll::prelude::*;
+    /// # let universe = gpucoll::initialize()?; let world = universe.world()?;
+    /// // Where this rank's items start in a global array.
+    /// let mine = vec![10u64];
+    /// let mut start = vec![0u64]; // rank 0 keeps this 0
+    /// world.exclusive_scan_into(&mine, &mut start, ReduceOp::Sum)?;
+    /// assert_eq!(start[0], 10 * world.rank() as u64);
+    /// # Ok::<(), gpucoll::Error>(())
+    /// ```
+    pub fn exclusive_scan_into<S, R>(&self, send: &S, recv: &mut R, op: ReduceOp) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
+    {
+        self.blocking(CollKind::ExclusiveScan, separate(send, recv), op, 0)
+    }
+
+    /// `MPI_Exscan` with `MPI_IN_PLACE`: `buf` is this rank's input and
+    /// receives its exclusive prefix; rank 0's `buf` is left as it was.
+    pub fn exclusive_scan_in_place<B: BufferMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.blocking(CollKind::ExclusiveScan, Args::InPlace(buf.raw_mut()), op, 0)
+    }
+
     /// Immediate `all_reduce_into`.
     pub fn immediate_all_reduce_into<'a, S, R>(
         &self,
@@ -355,6 +422,60 @@ impl Communicator {
             ReduceOp::Sum,
             0,
         )?;
+        self.run_immediate(scope, call)
+    }
+
+    /// Immediate `scan_into`.
+    pub fn immediate_scan_into<'a, S, R>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+        op: ReduceOp,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
+    {
+        let call = self.prepare(CollKind::Scan, separate(send, recv), op, 0)?;
+        self.run_immediate(scope, call)
+    }
+
+    /// Immediate `scan_in_place`.
+    pub fn immediate_scan_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a mut B,
+        op: ReduceOp,
+    ) -> Result<Request<'a>> {
+        let call = self.prepare(CollKind::Scan, Args::InPlace(buf.raw_mut()), op, 0)?;
+        self.run_immediate(scope, call)
+    }
+
+    /// Immediate `exclusive_scan_into`.
+    pub fn immediate_exclusive_scan_into<'a, S, R>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+        op: ReduceOp,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut<Elem = S::Elem> + ?Sized,
+    {
+        let call = self.prepare(CollKind::ExclusiveScan, separate(send, recv), op, 0)?;
+        self.run_immediate(scope, call)
+    }
+
+    /// Immediate `exclusive_scan_in_place`.
+    pub fn immediate_exclusive_scan_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a mut B,
+        op: ReduceOp,
+    ) -> Result<Request<'a>> {
+        let call = self.prepare(CollKind::ExclusiveScan, Args::InPlace(buf.raw_mut()), op, 0)?;
         self.run_immediate(scope, call)
     }
 

@@ -1,4 +1,5 @@
-//! Rooted collectives, called on the root's [`Process`] as in rsmpi.
+//! Rooted collectives, called on the root's [`Process`] as in rsmpi
+//! (its point-to-point methods are in `crate::p2p`).
 
 use super::check::Args;
 use super::separate;
@@ -9,7 +10,9 @@ use crate::op::ReduceOp;
 use crate::request::{Request, Scope};
 use crate::task::CollKind;
 
-/// A rank of a communicator seen as the root of a collective.
+/// A rank of a communicator: the root of a collective, or the other end
+/// of a point-to-point message (`send`, `receive_into`, ... in
+/// [`crate::p2p`]).
 ///
 /// ```no_run
 /// # use gpucoll::prelude::*;
@@ -45,9 +48,14 @@ impl<'c> Process<'c> {
         Process { comm, rank }
     }
 
-    /// The root's rank.
+    /// The process's rank.
     pub fn rank(&self) -> usize {
         self.rank
+    }
+
+    /// The communicator it is a rank of.
+    pub(crate) fn comm(&self) -> &'c Communicator {
+        self.comm
     }
 
     /// Whether the calling process is this root.

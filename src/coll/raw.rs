@@ -211,6 +211,19 @@ fn buffer(
     })
 }
 
+/// One buffer of a point-to-point call on raw pointers (`crate::p2p`),
+/// checked as the collectives' are (no stream: host or device memory).
+pub(crate) fn checked_buffer(
+    comm: &Communicator,
+    ptr: *const c_void,
+    count: u64,
+    dtype: Datatype,
+    what: &'static str,
+) -> Result<RawBuffer> {
+    let on_stream = comm.raw_mode(false);
+    buffer(ptr, count, dtype, what, on_stream)
+}
+
 /// The buffers of one call: in place (`recv`, holding the larger of the two
 /// lengths), or separate; a side whose length is `None` does not exist on
 /// this rank (a non-root's receive buffer of reduce, say).
@@ -496,6 +509,54 @@ impl Communicator {
         let send_len = is_root.then_some(total);
         let args = layout(in_place, send, send_len, recv, Some(count), dtype, s)?;
         self.raw_call(CollKind::Scatter, args, ReduceOp::Sum, root, stream)
+    }
+
+    /// `MPI_Scan` on raw pointers: `recv` (`count` elements) of rank r
+    /// receives the reduction of `send` (`count`) over ranks 0..=r;
+    /// `send == recv` works in place (MPI_IN_PLACE). `Avg` is refused
+    /// (`Error::InvalidOp`), see [`Communicator::scan_into`].
+    ///
+    /// # Safety
+    /// See the [module's safety contract](self).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn scan_raw(
+        &self,
+        send: *const c_void,
+        recv: *mut c_void,
+        count: u64,
+        dtype: Datatype,
+        op: ReduceOp,
+        stream: Option<CudaStreamRaw>,
+    ) -> Result<()> {
+        let s = self.raw_mode(stream.is_some());
+        let in_place = std::ptr::eq(send, recv);
+        let args = layout(in_place, send, Some(count), recv, Some(count), dtype, s)?;
+        self.raw_call(CollKind::Scan, args, op, 0, stream)
+    }
+
+    /// `MPI_Exscan` on raw pointers: `recv` (`count` elements) of rank
+    /// r > 0 receives the reduction of `send` (`count`) over ranks 0..r;
+    /// rank 0's `recv` is never written (MPI leaves it undefined and not
+    /// significant: it may be null there). `send == recv` works in place
+    /// (MPI_IN_PLACE).
+    ///
+    /// # Safety
+    /// See the [module's safety contract](self).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn exclusive_scan_raw(
+        &self,
+        send: *const c_void,
+        recv: *mut c_void,
+        count: u64,
+        dtype: Datatype,
+        op: ReduceOp,
+        stream: Option<CudaStreamRaw>,
+    ) -> Result<()> {
+        let s = self.raw_mode(stream.is_some());
+        let in_place = std::ptr::eq(send, recv);
+        let recv_len = (self.rank() != 0 || !recv.is_null()).then_some(count);
+        let args = layout(in_place, send, Some(count), recv, recv_len, dtype, s)?;
+        self.raw_call(CollKind::ExclusiveScan, args, op, 0, stream)
     }
 
     /// The communicator's failure, if it has one: an error of a collective

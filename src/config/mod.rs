@@ -82,6 +82,21 @@ pub struct Config {
     /// fit on the GPU together: cap each so that communicators × ranks per
     /// GPU × channels ≤ the GPU's SMs (README, "Threads").
     pub cuda_channels: Option<usize>,
+    /// `GPUCOLL_CUDA_SLOT_KB`: bytes per FIFO slot of the CUDA backend's
+    /// connectors, given in KiB (4 to 4096; default 512 KiB up to 64
+    /// channels, 256 KiB above). Every rank takes the smallest any rank
+    /// asks for. Per rank.
+    pub cuda_slot_bytes: Option<u64>,
+    /// `GPUCOLL_MAX_MEM`: the most device memory a communicator of the
+    /// CUDA backend keeps for its connectors on this rank (FIFOs and
+    /// one-shot inboxes; bytes, or with a `K`, `M` or `G` suffix in
+    /// binary units). The layout fits it with smaller slots first, then
+    /// fewer channels, then the smallest slots; calls never fail for it,
+    /// and a budget below what one channel of the smallest slots needs
+    /// gets that (logged). Unset: the defaults of `GPUCOLL_CUDA_CHANNELS`
+    /// and `GPUCOLL_CUDA_SLOT_KB`. Per rank: ranks agree on the smallest
+    /// layout any rank asks for.
+    pub max_device_memory: Option<u64>,
     /// `GPUCOLL_SIM_NODES`: split each real node's ranks into this many
     /// simulated nodes (contiguous blocks of local ranks) that talk over MPI.
     pub sim_nodes: Option<usize>,
@@ -149,7 +164,23 @@ pub struct Config {
     /// `MPI_THREAD_MULTIPLE` and the machine has at least two cores per
     /// rank of the node. Per rank.
     pub host_channel_threads: Option<bool>,
+    /// `GPUCOLL_P2P_EAGER`: point-to-point messages of device memory of at
+    /// most this many bytes (0 to 16 KiB; a `K` suffix is allowed) to a
+    /// rank whose GPU memory maps here are sent buffered: copied out
+    /// through pinned host memory inside their envelope, so that the send
+    /// completes at once, whether or not the receive was posted. Larger
+    /// ones (every one, by default: 0) are copied by the receiver straight
+    /// from the sender's memory, one copy instead of two, and the send
+    /// completes once the receiver took them, as MPI's standard mode
+    /// allows; a program whose two ranks both send before they receive
+    /// small device messages needs immediate sends (or this setting).
+    /// Memory the driver cannot export always goes buffered up to 16 KiB.
+    /// Per rank (the sender decides).
+    pub p2p_eager: u64,
 }
+
+/// The largest `GPUCOLL_P2P_EAGER` (a message's inline limit).
+pub const P2P_EAGER_MAX: u64 = 16 << 10;
 
 /// Default for `GPUCOLL_RESIDENT_LINGER_US`.
 pub const DEFAULT_RESIDENT_LINGER_US: u64 = 50;
@@ -239,6 +270,8 @@ impl Default for Config {
             proto: None,
             nchannels: None,
             cuda_channels: None,
+            cuda_slot_bytes: None,
+            max_device_memory: None,
             sim_nodes: None,
             node_id: None,
             backend: None,
@@ -252,6 +285,7 @@ impl Default for Config {
             ce_batch: true,
             profile_host: false,
             host_channel_threads: None,
+            p2p_eager: 0,
         }
     }
 }
@@ -279,6 +313,29 @@ fn parse_auto(name: &'static str, v: &str) -> Result<Option<bool>> {
     } else {
         parse_bool(name, v).map(Some)
     }
+}
+
+/// Bytes, with an optional binary `K`, `M` or `G` suffix (`64M`, `1g`).
+fn parse_bytes(name: &'static str, v: &str) -> Result<u64> {
+    let t = v.trim();
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 10),
+        Some((i, 'm' | 'M')) => (&t[..i], 20),
+        Some((i, 'g' | 'G')) => (&t[..i], 30),
+        _ => (t, 0),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .filter(|&n| n > 0)
+        .and_then(|n| n.checked_mul(1u64 << shift))
+        .ok_or_else(|| {
+            bad(
+                name,
+                v,
+                "expected a positive byte count such as 67108864 or 64M",
+            )
+        })
 }
 
 fn parse_positive(name: &'static str, v: &str) -> Result<usize> {
@@ -355,8 +412,33 @@ impl Config {
         if let Some(v) = var("GPUCOLL_CUDA_CHANNELS") {
             c.cuda_channels = Some(parse_positive("GPUCOLL_CUDA_CHANNELS", &v)?);
         }
+        if let Some(v) = var("GPUCOLL_CUDA_SLOT_KB") {
+            let kib = parse_positive("GPUCOLL_CUDA_SLOT_KB", v.trim())?;
+            if !(4..=4096).contains(&kib) {
+                return Err(bad(
+                    "GPUCOLL_CUDA_SLOT_KB",
+                    &v,
+                    "expected KiB from 4 to 4096",
+                ));
+            }
+            c.cuda_slot_bytes = Some((kib as u64) << 10);
+        }
+        if let Some(v) = var("GPUCOLL_MAX_MEM") {
+            c.max_device_memory = Some(parse_bytes("GPUCOLL_MAX_MEM", &v)?);
+        }
         if let Some(v) = var("GPUCOLL_SIM_NODES") {
             c.sim_nodes = Some(parse_positive("GPUCOLL_SIM_NODES", &v)?);
+        }
+        if let Some(v) = var("GPUCOLL_P2P_EAGER") {
+            let bytes = if v.trim() == "0" {
+                0
+            } else {
+                parse_bytes("GPUCOLL_P2P_EAGER", &v)?
+            };
+            if bytes > P2P_EAGER_MAX {
+                return Err(bad("GPUCOLL_P2P_EAGER", &v, "expected at most 16K bytes"));
+            }
+            c.p2p_eager = bytes;
         }
         if let Some(v) = var("GPUCOLL_NODE_ID") {
             c.node_id = Some(
@@ -453,6 +535,46 @@ mod tests {
         match parse(&[("GPUCOLL_P2P_DISABLE", "maybe")]) {
             Err(Error::Config { name, .. }) => assert_eq!(name, "GPUCOLL_P2P_DISABLE"),
             other => panic!("expected a Config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn p2p_eager_bytes() {
+        assert_eq!(parse(&[]).unwrap().p2p_eager, 0);
+        for (v, bytes) in [("0", 0u64), ("64", 64), ("16K", 16384), (" 8k ", 8192)] {
+            assert_eq!(
+                parse(&[("GPUCOLL_P2P_EAGER", v)]).unwrap().p2p_eager,
+                bytes,
+                "{v}"
+            );
+        }
+        for bad in ["16385", "1M", "-1", "x"] {
+            match parse(&[("GPUCOLL_P2P_EAGER", bad)]) {
+                Err(Error::Config { name, .. }) => assert_eq!(name, "GPUCOLL_P2P_EAGER", "{bad}"),
+                other => panic!("{bad:?}: expected a Config error, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn cuda_slot_and_memory_budget() {
+        let c = parse(&[]).unwrap();
+        assert_eq!((c.cuda_slot_bytes, c.max_device_memory), (None, None));
+        let c = parse(&[("GPUCOLL_CUDA_SLOT_KB", "128"), ("GPUCOLL_MAX_MEM", "64M")]).unwrap();
+        assert_eq!(c.cuda_slot_bytes, Some(128 << 10));
+        assert_eq!(c.max_device_memory, Some(64 << 20));
+        for (v, bytes) in [("1g", 1u64 << 30), ("4096", 4096), (" 3K ", 3072)] {
+            let c = parse(&[("GPUCOLL_MAX_MEM", v)]).unwrap();
+            assert_eq!(c.max_device_memory, Some(bytes), "{v}");
+        }
+        for bad in ["0", "-1", "64X", "M", "99999999999G"] {
+            match parse(&[("GPUCOLL_MAX_MEM", bad)]) {
+                Err(Error::Config { name, .. }) => assert_eq!(name, "GPUCOLL_MAX_MEM", "{bad}"),
+                other => panic!("{bad:?}: expected a Config error, got {other:?}"),
+            }
+        }
+        for bad in ["0", "3", "4097", "x"] {
+            assert!(parse(&[("GPUCOLL_CUDA_SLOT_KB", bad)]).is_err(), "{bad}");
         }
     }
 

@@ -10,7 +10,7 @@ use mpi_sys as sys;
 use std::os::raw::{c_char, c_int};
 
 /// The handle types, re-exported for the wrappers.
-pub(crate) use sys::{MPI_Comm, MPI_Datatype, MPI_Op, MPI_Request, MPI_Status};
+pub(crate) use sys::{MPI_Comm, MPI_Datatype, MPI_Message, MPI_Op, MPI_Request, MPI_Status};
 
 /// `MPI_SUCCESS` (0 in every implementation).
 const SUCCESS: c_int = sys::MPI_SUCCESS as c_int;
@@ -92,6 +92,29 @@ pub(crate) fn status_ignore() -> *mut MPI_Status {
     unsafe { sys::RSMPI_STATUS_IGNORE }
 }
 
+/// `MPI_ANY_SOURCE`.
+pub(crate) fn any_source() -> c_int {
+    // SAFETY: a link-time constant initialized by the rsmpi C shim.
+    unsafe { sys::RSMPI_ANY_SOURCE }
+}
+
+/// `MPI_ANY_TAG`.
+pub(crate) fn any_tag() -> c_int {
+    // SAFETY: a link-time constant initialized by the rsmpi C shim.
+    unsafe { sys::RSMPI_ANY_TAG }
+}
+
+/// `MPI_MESSAGE_NULL`.
+pub(crate) fn message_null() -> MPI_Message {
+    // SAFETY: a link-time constant initialized by the rsmpi C shim.
+    unsafe { sys::RSMPI_MESSAGE_NULL }
+}
+
+/// The `MPI_TAG_UB` attribute key.
+pub(crate) fn tag_ub_keyval() -> c_int {
+    sys::MPI_TAG_UB as c_int
+}
+
 /// The byte type used for every untyped transfer (`MPI_UINT8_T`).
 pub(crate) fn byte_type() -> MPI_Datatype {
     // SAFETY: a link-time constant initialized by the rsmpi C shim.
@@ -148,11 +171,12 @@ pub(crate) fn empty_status() -> MPI_Status {
 /// `MPI_*` of these names abort, to keep it that way.
 pub(crate) use sys::{
     PMPI_Allgather, PMPI_Allreduce, PMPI_Alltoall, PMPI_Barrier, PMPI_Bcast, PMPI_Cancel,
-    PMPI_Comm_dup, PMPI_Comm_free, PMPI_Comm_rank, PMPI_Comm_set_errhandler, PMPI_Comm_size,
-    PMPI_Comm_split, PMPI_Comm_split_type, PMPI_Comm_test_inter, PMPI_Finalize, PMPI_Finalized,
-    PMPI_Gather, PMPI_Get_count, PMPI_Get_library_version, PMPI_Get_processor_name,
-    PMPI_Get_version, PMPI_Iallgather, PMPI_Iallreduce, PMPI_Init_thread, PMPI_Initialized,
-    PMPI_Irecv, PMPI_Isend, PMPI_Op_create, PMPI_Query_thread, PMPI_Reduce,
-    PMPI_Reduce_scatter_block, PMPI_Request_free, PMPI_Scatter, PMPI_Test, PMPI_Type_commit,
+    PMPI_Comm_dup, PMPI_Comm_free, PMPI_Comm_get_attr, PMPI_Comm_rank, PMPI_Comm_set_errhandler,
+    PMPI_Comm_size, PMPI_Comm_split, PMPI_Comm_split_type, PMPI_Comm_test_inter, PMPI_Exscan,
+    PMPI_Finalize, PMPI_Finalized, PMPI_Gather, PMPI_Get_count, PMPI_Get_library_version,
+    PMPI_Get_processor_name, PMPI_Get_version, PMPI_Iallgather, PMPI_Iallreduce, PMPI_Improbe,
+    PMPI_Init_thread, PMPI_Initialized, PMPI_Irecv, PMPI_Isend, PMPI_Mrecv, PMPI_Op_create,
+    PMPI_Query_thread, PMPI_Recv, PMPI_Reduce, PMPI_Reduce_scatter_block, PMPI_Request_free,
+    PMPI_Scan, PMPI_Scatter, PMPI_Send, PMPI_Sendrecv, PMPI_Test, PMPI_Type_commit,
     PMPI_Type_contiguous, PMPI_Wtime,
 };

@@ -18,11 +18,13 @@
 //! as users know it.
 
 pub(crate) mod ffi;
+mod p2p;
 mod rail;
 mod runtime;
 mod typed;
 pub(crate) mod words;
 
+pub use p2p::Received;
 pub use rail::RailAllReduce;
 pub(crate) use runtime::Runtime;
 pub use runtime::Threading;
@@ -599,6 +601,12 @@ impl MpiComm {
     /// and Open MPI then matches those stale messages into it (a crash in
     /// `mca_pml_ob1_add_comm` was seen). The MPI runtime is still released.
     pub(crate) fn abandon(mut self) {
+        self.owned = false;
+    }
+
+    /// [`abandon`](Self::abandon) in place: the handle is not freed when
+    /// it drops.
+    pub(crate) fn disown(&mut self) {
         self.owned = false;
     }
 }

@@ -197,6 +197,44 @@ impl MpiComm {
         Ok(())
     }
 
+    /// `MPI_Scan` (`exclusive == false`) or `MPI_Exscan`; `send` and
+    /// `recv` of equal length. Element-wise, so pieces of a long vector are
+    /// independent scans.
+    pub(crate) fn scan_typed<T: Equivalence>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp,
+        exclusive: bool,
+    ) -> Result<()> {
+        let name = if exclusive { "MPI_Exscan" } else { "MPI_Scan" };
+        require_usable(name)?;
+        let mop = mpi_op(op, T::DATATYPE)?;
+        if recv.len() != send.len() {
+            return Err(len_err("receive", send.len(), recv.len()));
+        }
+        for (off, k) in pieces(send.len(), piece_limit()) {
+            let k = count_i32(k)?;
+            let (s, r) = (
+                // SAFETY: [off, off+k) lies within both slices (equal lengths).
+                unsafe { send.as_ptr().add(off) } as *const c_void,
+                // SAFETY: as above.
+                unsafe { recv.as_mut_ptr().add(off) } as *mut c_void,
+            );
+            // SAFETY: `s` and `r` address k elements of their slices; the
+            // call is blocking and the slices outlive it.
+            let rc = unsafe {
+                if exclusive {
+                    ffi::PMPI_Exscan(s, r, k, dt_of::<T>(), mop, self.raw)
+                } else {
+                    ffi::PMPI_Scan(s, r, k, dt_of::<T>(), mop, self.raw)
+                }
+            };
+            ffi::check(name, rc)?;
+        }
+        Ok(())
+    }
+
     /// `MPI_Bcast` of a typed buffer from `root`.
     pub(crate) fn bcast_typed<T: Equivalence>(&self, buf: &mut [T], root: usize) -> Result<()> {
         require_usable("MPI_Bcast")?;

@@ -8,7 +8,7 @@
 //! step that receives on its peer, in the same order.
 
 use super::ctx::{channel_ranges, flow, own_input, Ctx};
-use super::{collnet, oneshot, pairwise, ring, tree, ChannelWork, Flow, Plan, Region, Step};
+use super::{collnet, oneshot, pairwise, ring, scan, tree, ChannelWork, Flow, Plan, Region, Step};
 use crate::graph::Graph;
 use crate::op::Reduction;
 use crate::task::{CollKind, Task};
@@ -23,6 +23,9 @@ fn effective_algorithm(kind: CollKind, chosen: Algorithm) -> Algorithm {
         // Copy engines do not reduce (the tuner never offers them here).
         CollKind::AllReduce if chosen == Algorithm::CopyEngine => Algorithm::Ring,
         CollKind::AllReduce => chosen,
+        // The prefix chain in rank order (`scan.rs`), labelled as the ring
+        // it is without its closing hop; no one-shot or copy-engine form.
+        CollKind::Scan | CollKind::ExclusiveScan => Algorithm::Ring,
         // A GPU backend runs these one-shot plans as its one-shot kernel; the
         // steps (ring or pairwise, below) are what others execute.
         _ if chosen == Algorithm::OneShot => Algorithm::OneShot,
@@ -89,7 +92,9 @@ pub fn build(
             | CollKind::ReduceScatter
             | CollKind::AllToAll
             | CollKind::Gather
-            | CollKind::Scatter,
+            | CollKind::Scatter
+            | CollKind::Scan
+            | CollKind::ExclusiveScan,
             _,
         ) => 0,
     };
@@ -137,6 +142,8 @@ pub fn build(
                     (CollKind::AllToAll, _) => pairwise::all_to_all(&cx, s, e, &mut steps),
                     (CollKind::Gather, _) => pairwise::gather(&cx, s, e, &mut steps),
                     (CollKind::Scatter, _) => pairwise::scatter(&cx, s, e, &mut steps),
+                    (CollKind::Scan, _) => scan::scan(&cx, s, e, &mut steps),
+                    (CollKind::ExclusiveScan, _) => scan::exclusive_scan(&cx, s, e, &mut steps),
                 }
             }
             ChannelWork { channel: c, steps }
@@ -153,10 +160,14 @@ pub fn build(
 
 /// One rank: every collective is a copy of the input to the output (block
 /// 0), with the pre/post ops for reductions; nothing when in place and the
-/// copy would change nothing.
+/// copy would change nothing. exclusive_scan has no prefix on its only
+/// rank, 0, whose output stays untouched.
 fn local(cx: &Ctx<'_>, s: u64, e: u64, steps: &mut Vec<Step>) {
     let task = cx.task;
     let r = &cx.reduction;
+    if task.kind == CollKind::ExclusiveScan {
+        return;
+    }
     if task.kind.reduces() {
         let scales = r.pre_scale.is_some_and(|x| x != 1.0) || r.post_div.is_some_and(|d| d != 1);
         if task.in_place && !scales {

@@ -7,6 +7,7 @@ mod ctx;
 mod oneshot;
 mod pairwise;
 mod ring;
+mod scan;
 #[cfg(test)]
 pub(crate) mod simulate;
 pub(crate) mod step;

@@ -35,6 +35,10 @@ pub struct BackendCaps {
     pub launch_us: f64,
     /// Whether a direct path (every peer mapped) exists within a node.
     pub direct: bool,
+    /// Largest one-shot per rank (bytes) the direct path's inboxes hold
+    /// (Simple; LL up to the smaller of this and
+    /// `model::ONESHOT_LL_MAX_BYTES`). A memory budget may lower it.
+    pub oneshot_max_bytes: u64,
     /// Protocols of the one-shot all_reduce (`protocols` applies to every
     /// other plan).
     pub oneshot_protocols: Vec<Protocol>,

@@ -150,7 +150,7 @@ pub fn estimate_us(
             if nnodes > 1 || proto != Protocol::Simple {
                 return None;
             }
-            if caps.direct && bytes <= ONESHOT_MAX_BYTES as f64 {
+            if caps.direct && bytes <= caps.oneshot_max_bytes as f64 {
                 // Where the one-shot fits a direct path, it runs instead.
                 return None;
             }
@@ -171,6 +171,20 @@ pub fn estimate_us(
             let inter = nnodes - 1;
             (hops(steps - inter, inter, caps), bus)
         }
+        // A chain in rank order: n-1 pipelined hops, every link carrying
+        // the buffer once (scan) or twice (exclusive_scan: each rank's input,
+        // then its prefix, one hop behind). Rank order crosses nodes at
+        // least nnodes-1 times.
+        (CollKind::Scan, Algorithm::Ring) => {
+            let steps = n - 1;
+            let inter = nnodes - 1;
+            (hops(steps - inter, inter, caps), bus)
+        }
+        (CollKind::ExclusiveScan, Algorithm::Ring) => {
+            let steps = n;
+            let inter = nnodes - 1;
+            (hops(steps - inter, inter, caps), bus / 2.0)
+        }
         (CollKind::AllToAll | CollKind::Gather | CollKind::Scatter, Algorithm::Pairwise) => {
             let inter = if nnodes > 1 { 1 } else { 0 };
             let lat = hops(1 - inter, inter, caps) * (n - 1) as f64;
@@ -185,7 +199,9 @@ pub fn estimate_us(
             | CollKind::ReduceScatter
             | CollKind::AllToAll
             | CollKind::Gather
-            | CollKind::Scatter,
+            | CollKind::Scatter
+            | CollKind::Scan
+            | CollKind::ExclusiveScan,
             _,
         ) => return None,
     };
@@ -227,7 +243,11 @@ pub fn copy_engine_us(
             bytes / n as f64 * peers
         }
         // Refused above (`copy_engine_kind`).
-        CollKind::AllReduce | CollKind::Reduce | CollKind::ReduceScatter => return None,
+        CollKind::AllReduce
+        | CollKind::Reduce
+        | CollKind::ReduceScatter
+        | CollKind::Scan
+        | CollKind::ExclusiveScan => return None,
     };
     Some(ce.latency_us.max(0.0) + moved / (1000.0 * positive(ce.bandwidth_gbs)))
 }
@@ -295,13 +315,14 @@ fn oneshot_us(proto: Protocol, bytes: f64, shape: &Shape, caps: &BackendCaps) ->
     if shape.nnodes > 1 {
         return None;
     }
-    if proto != Protocol::Simple && (proto != Protocol::LL || bytes > ONESHOT_LL_MAX_BYTES as f64) {
+    let ll_max = caps.oneshot_max_bytes.min(ONESHOT_LL_MAX_BYTES);
+    if proto != Protocol::Simple && (proto != Protocol::LL || bytes > ll_max as f64) {
         // Only the one-shot kernel speaks LL, and only up to its inbox size.
         return None;
     }
     let (lat_f, bw_f) = protocol_factors(proto);
     if caps.direct {
-        if bytes > ONESHOT_MAX_BYTES as f64 {
+        if bytes > caps.oneshot_max_bytes as f64 {
             return None;
         }
         // One barrier; every rank sends its whole input to each of n-1 peers
@@ -352,6 +373,7 @@ mod tests {
             },
             launch_us: 5.0,
             direct: false,
+            oneshot_max_bytes: crate::tune::model::ONESHOT_MAX_BYTES,
             collnet: false,
             rail: crate::tune::caps::links::MPI_RAIL,
             copy_engine: None,

@@ -131,6 +131,8 @@ impl Tuner {
                 }
                 v
             }
+            // The prefix chain has no one-shot form.
+            CollKind::Scan | CollKind::ExclusiveScan => vec![base_algorithm(kind)],
             CollKind::Reduce
             | CollKind::Broadcast
             | CollKind::AllGather
@@ -194,6 +196,9 @@ impl Tuner {
         };
         let forced_order = match kind {
             CollKind::AllReduce => self.forced_all_reduce(forced),
+            CollKind::Scan | CollKind::ExclusiveScan => {
+                defaults.contains(&forced).then(|| vec![forced])
+            }
             CollKind::Reduce
             | CollKind::Broadcast
             | CollKind::AllGather
@@ -413,15 +418,18 @@ impl Tuner {
 
 /// [`Task::bytes`] without overflow (saturating for absurd counts).
 /// The algorithm of collectives other than all_reduce where no one-shot
-/// runs them: the ring for those that pass data along, pairwise exchanges
-/// for the others.
+/// runs them: the ring for those that pass data along (for scan and
+/// exclusive_scan, the chain in rank order that `plan/scan.rs` builds),
+/// pairwise exchanges for the others.
 fn base_algorithm(kind: CollKind) -> Algorithm {
     match kind {
         CollKind::AllReduce
         | CollKind::Reduce
         | CollKind::Broadcast
         | CollKind::AllGather
-        | CollKind::ReduceScatter => Algorithm::Ring,
+        | CollKind::ReduceScatter
+        | CollKind::Scan
+        | CollKind::ExclusiveScan => Algorithm::Ring,
         CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => Algorithm::Pairwise,
     }
 }

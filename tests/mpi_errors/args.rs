@@ -188,6 +188,21 @@ pub(super) fn scenario_bad_args(world: &Communicator, fails: &mut Vec<String>) {
         "NotDivisible (or InPlace)",
         |e| matches!(e, Error::NotDivisible { .. } | Error::InPlace(_)),
     );
+    expect_err(
+        fails,
+        "scan_into recv too short",
+        world.scan_into(&send, &mut short, ReduceOp::Sum),
+        "BufferLength",
+        is_len,
+    );
+    let mut long = vec![0u32; 11];
+    expect_err(
+        fails,
+        "exclusive_scan_into recv too long",
+        world.exclusive_scan_into(&send, &mut long, ReduceOp::Sum),
+        "BufferLength",
+        is_len,
+    );
     let aa_recv_short = &mut vec![0u32; 3 * n - 1];
     let aa_send3 = vec![1u32; 3 * n];
     expect_err(
@@ -287,6 +302,42 @@ pub(super) fn scenario_bad_args(world: &Communicator, fails: &mut Vec<String>) {
         "InvalidOp",
         is_op,
     );
+    // a prefix cannot average (Avg divides by the communicator's size);
+    // bitwise ops exist for integers only, for scans as for the others
+    let mut ur = vec![0u32; 10];
+    expect_err(
+        fails,
+        "scan_into Avg",
+        world.scan_into(&send, &mut ur, ReduceOp::Avg),
+        "InvalidOp",
+        is_op,
+    );
+    expect_err(
+        fails,
+        "exclusive_scan_in_place Avg",
+        world.exclusive_scan_in_place(&mut ur, ReduceOp::Avg),
+        "InvalidOp",
+        is_op,
+    );
+    expect_err(
+        fails,
+        "scan_in_place f32 BitAnd",
+        world.scan_in_place(&mut fr, ReduceOp::BitAnd),
+        "InvalidOp",
+        is_op,
+    );
+    // SAFETY: both pointers address 8 live f32, untouched elsewhere.
+    let raw = unsafe {
+        world.exclusive_scan_raw(
+            fs.as_ptr().cast(),
+            fr.as_mut_ptr().cast(),
+            8,
+            Datatype::F32,
+            ReduceOp::Avg,
+            None,
+        )
+    };
+    expect_err(fails, "exclusive_scan_raw Avg", raw, "InvalidOp", is_op);
     // the oracle refuses what MPI cannot do
     let h = vec![f16::ONE; 4];
     let mut hr = vec![f16::ZERO; 4];

@@ -2,9 +2,9 @@
 //! receiver) pair has a FIFO connector. Ranks of the same (real or
 //! simulated) node use P2P (the receiver's FIFOs in a `cuMemAlloc` block
 //! shared with CUDA IPC) or SHM (`/dev/shm` segments registered with CUDA);
-//! ranks on other nodes use NET (`super::net`: both connectors in the
-//! rank's own pinned host memory, moved over MPI by a proxy thread). The
-//! kernels see the same `GcConn` for all three. The GPU is picked by the
+//! ranks on other nodes use NET (both connectors in the rank's own pinned
+//! host memory, moved over MPI by a proxy thread); `super::transport`
+//! picks them. The kernels see the same `GcConn` for all three. The GPU is picked by the
 //! rank's index among the processes of its host (`bringup`).
 
 use super::driver::CUstream;
@@ -15,7 +15,7 @@ use super::pending::ABORT_GRACE;
 use super::profile::Phase;
 use super::state::CudaShared;
 use super::watchdog::Watchdog;
-use crate::backend::{Backend, BackendCaps, Launch, PendingWork, Registered};
+use crate::backend::{Backend, BackendCaps, DeviceMoves, Launch, PendingWork, Registered};
 use crate::buffer::{MemoryKind, RawBuffer};
 use crate::error::{Error, Result};
 use std::sync::Arc;
@@ -161,6 +161,19 @@ impl Backend for CudaBackend {
         if self.inner.mark_failed(format!("aborted: {reason}")) {
             tracing::warn!(rank = self.inner.rank, "cuda backend aborted: {reason}");
         }
+    }
+
+    fn moves(&self) -> Option<Arc<dyn DeviceMoves>> {
+        Some(self.inner.moves.clone())
+    }
+
+    fn peer_failure(&self) -> Option<Error> {
+        if let Some(e) = self.inner.node().peer_error() {
+            return Some(e);
+        }
+        let e = self.inner.liveness.dead()?;
+        self.inner.mark_failed(e.to_string());
+        Some(e)
     }
 
     fn check_memory(&self, kind: MemoryKind) -> Result<()> {

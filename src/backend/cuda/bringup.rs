@@ -1,28 +1,33 @@
 //! Bring-up of [`CudaBackend`], collective over the communicator, in
-//! stages: device and module, agreement on transport and layout, control
-//! segments, FIFO memory (P2P blocks over CUDA IPC or SHM), NET connectors,
-//! connector tables, NET proxy. Every stage ends in [`agree`], so all
-//! ranks fail together; what a failed stage leaves behind is released by
-//! the `Drop` of the values built so far (in reverse order of creation).
+//! stages: device and module; agreement on identities, transports and
+//! layout; control segments; the transports' memory (P2P blocks over CUDA
+//! IPC or SHM FIFOs in the segments, then NET's block and its measured
+//! costs); connector tables; what runs beside the kernels (NET's proxy).
+//! Every stage ends in [`agree`], so all ranks fail together; what a
+//! failed stage leaves behind is released by the `Drop` of the values
+//! built so far (in reverse order of creation).
+//!
+//! The stages are this file's; what each transport does in them is
+//! `transport/`'s, which this file asks (`select`, `Transports`) without
+//! naming any transport, so adding one changes no stage here.
 
 use super::abi::GcConn;
 use super::backend::CudaBackend;
 use super::cache::StepStore;
 use super::caps::caps;
 use super::driver;
-use super::exchange::{self, RankSetup};
-use super::handles::{EventPool, IpcMapping, Stream};
+use super::exchange::{self, agree, RankSetup};
+use super::handles::{EventPool, Stream};
 use super::layout::*;
 use super::lower::DeviceTargets;
 use super::memory::{bind, DevMem, DeviceCtx, LiveOnDevice};
 use super::module::Kernels;
-use super::net::{self, NetLayout, NetProxy};
-use super::peer_mem::{self, CopyEngines, FdMesh};
+use super::peer_mem::{self, CopyEngines, FdMesh, PeerMoves};
 use super::profile::HostProfile;
 use super::resident::Resident;
 use super::shm::{self, Segment};
 use super::state::CudaShared;
-use crate::backend::shared::calibrate;
+use super::transport::{self, reaches_node_gpus, Facts, Kind, Route, Stage, Transports};
 use crate::backend::shared::failure::Failure;
 use crate::backend::shared::liveness::{Peer, PeerLiveness};
 use crate::backend::shared::process;
@@ -34,29 +39,11 @@ use crate::mpi::Threading;
 use crate::topo::Topology;
 use std::sync::{Arc, Mutex};
 
-/// Whether every rank succeeded a bring-up stage (collective): our own
-/// error wins, else the ranks that failed `what` are named.
-fn agree<T>(mpi: &MpiComm, mine: Result<T>, what: &str) -> Result<T> {
-    setup::agree(mpi, mine, |failed| {
-        Error::Backend(format!(
-            "CUDA backend setup: ranks {failed:?} could not {what}"
-        ))
-    })
-}
-
 /// `GPUCOLL_P2P_DISABLE=1` (parsed, validated and agreed across ranks in
 /// [`Config`]): connectors in host shared memory instead of peer device
 /// memory.
 pub fn p2p_disabled(config: &Config) -> bool {
     config.p2p_disable
-}
-
-/// A positive integer from the environment, if set and valid.
-fn env_usize(name: &str) -> Option<usize> {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|&v| v > 0)
 }
 
 /// A key naming this rank's GPU across the job (host name and PCI bus id:
@@ -96,20 +83,21 @@ fn open_device(ordinal: i32, after_legacy: bool) -> Result<Local> {
     })
 }
 
-/// What stage 2 agrees on, identical on all ranks (but `ords`' use).
+/// What stage 2 agrees on, identical on all ranks (but `route`, which is
+/// seen from each rank).
 struct Agreed {
     /// Every rank's part of the exchange (pid, segment nonce, start time).
     ranks: Vec<RankSetup>,
     pids: Vec<u32>,
-    transport: Transport,
+    /// The transport of each peer and of our node's FIFOs.
+    route: Route,
+    /// Our node's FIFO layout (NET's connectors share its geometry).
     layout: Layout,
-    /// Ranks on other nodes, reached through NET connectors.
-    net_layout: NetLayout,
     /// Ranks of the communicator on the GPU that has the most of them.
     sharers: usize,
 }
 
-/// Stage 2: identities, device ordinals, P2P feasibility, channels and
+/// Stage 2: identities, device ordinals, the transports, channels and
 /// slot size (the smallest request of all ranks wins).
 fn negotiate(
     mpi: &MpiComm,
@@ -117,20 +105,61 @@ fn negotiate(
     ctx: &DeviceCtx,
     multi: bool,
     p2p_off: bool,
-    cuda_channels: Option<usize>,
+    config: &Config,
 ) -> Result<Agreed> {
-    let (rank, nranks) = (topo.rank, topo.nranks);
     let def_channels = if multi {
         NET_CHANNELS
     } else {
-        p2p_channels(nranks)
+        p2p_channels(topo.nranks)
     };
-    let want_channels = cuda_channels.unwrap_or(def_channels).clamp(1, MAX_CHANNELS);
+    let ranks = exchange_setups(mpi, topo, ctx, def_channels, p2p_off, config)?;
+    let pids: Vec<u32> = ranks.iter().map(|r| r.pid).collect();
+    let ords: Vec<i32> = ranks.iter().map(|r| r.ordinal).collect();
+    let any_off = ranks.iter().any(|r| r.p2p_off);
+    // P2P (CUDA IPC) only within a node: every rank must reach the GPUs
+    // of the ranks on its node.
+    let oks = mpi.allgather_bytes(&[reaches_node_gpus(ctx, topo, &ords) as u8])?;
+    let facts = Facts {
+        topo,
+        p2p: !any_off && !oks.contains(&0),
+    };
+    let route = transport::select(&facts)?;
+    let (layout, sharers) = node_layout(&ranks, topo, multi, def_channels, route.node());
+    // The smallest budget any rank set; every rank fits the same agreed
+    // layout to it, so all compute the same offsets.
+    let layout = match ranks.iter().map(|r| r.budget).filter(|&b| b > 0).min() {
+        Some(b) => fit_to_budget(layout, b, topo.rank),
+        None => layout,
+    };
+    Ok(Agreed {
+        ranks,
+        pids,
+        route,
+        layout,
+        sharers,
+    })
+}
+
+/// Stage 2's exchange: every rank's identity, segment nonce, device and
+/// layout proposals (`def_channels`: the channels a rank without
+/// `GPUCOLL_CUDA_CHANNELS` asks for).
+fn exchange_setups(
+    mpi: &MpiComm,
+    topo: &Topology,
+    ctx: &DeviceCtx,
+    def_channels: usize,
+    p2p_off: bool,
+    config: &Config,
+) -> Result<Vec<RankSetup>> {
+    let want_channels = config
+        .cuda_channels
+        .unwrap_or(def_channels)
+        .clamp(1, MAX_CHANNELS);
     // 0: no preference (the default for the agreed channel count).
-    let want_slot = env_usize("GPUCOLL_CUDA_SLOT_KB")
-        .map(|k| (k << 10).clamp(4 << 10, 4 << 20))
-        .unwrap_or(0);
-    let (gpu, sms) = gpu_identity(ctx, rank);
+    let want_slot = config
+        .cuda_slot_bytes
+        .map_or(0, |b| b.clamp(4 << 10, 4 << 20) as usize);
+    let (gpu, sms) = gpu_identity(ctx, topo.rank);
     // Our control segment's name is told over MPI only: nobody outside
     // the job can create it first or know it before it exists.
     let nonce = process::random_nonce();
@@ -145,14 +174,24 @@ fn negotiate(
         gpu,
         sms: sms.min(1 << 20),
         start: process::own_start_time(),
+        budget: config.max_device_memory.unwrap_or(0),
     };
     let all = mpi.allgather_bytes(&mine.encode())?;
-    let ranks = exchange::parse(&all, nranks)?;
-    let pids: Vec<u32> = ranks.iter().map(|r| r.pid).collect();
-    let ords: Vec<i32> = ranks.iter().map(|r| r.ordinal).collect();
-    let any_off = ranks.iter().any(|r| r.p2p_off);
-    // Every rank must use the same layout: the smallest request wins, and
-    // no more than the ranks sharing the busiest GPU can run side by side.
+    exchange::parse(&all, topo.nranks)
+}
+
+/// Our node's FIFO layout from every rank's proposal, shaped by the node's
+/// transport (`node`), and how many ranks share the busiest GPU. Every
+/// rank must use the same layout: the smallest request wins, and no more
+/// channels than the ranks sharing the busiest GPU can run side by side.
+fn node_layout(
+    ranks: &[RankSetup],
+    topo: &Topology,
+    multi: bool,
+    def_channels: usize,
+    node: Kind,
+) -> (Layout, usize) {
+    let (rank, nranks) = (topo.rank, topo.nranks);
     let gpus: Vec<u64> = ranks.iter().map(|r| r.gpu).collect();
     let sharers = busiest_gpu(&gpus);
     let fewest_sms = ranks
@@ -194,70 +233,53 @@ fn negotiate(
         })
         / 64
         * 64;
-    // P2P (CUDA IPC) only within a node: every rank must reach the GPUs
-    // of the ranks on its node.
-    let can_p2p = (|| -> Result<bool> {
-        for (r, &o) in ords.iter().enumerate() {
-            if topo.same_node(r, rank) && o != ctx.ordinal {
-                let peer = driver::device_get(o)?;
-                if !driver::can_access_peer(ctx.dev, peer)? {
-                    return Ok(false);
-                }
-            }
-        }
-        Ok(true)
-    })()
-    .unwrap_or(false);
-    let oks = mpi.allgather_bytes(&[can_p2p as u8])?;
-    let transport = if any_off || oks.contains(&0) {
-        Transport::Shm
-    } else {
-        Transport::P2p
-    };
-    let (channels, slot_bytes) = match (multi, transport) {
-        (true, _) | (false, Transport::P2p) => (req_channels, req_slot),
-        (false, Transport::Shm) => (
-            MAX_CHANNELS_SHM.min(co_resident.unwrap_or(MAX_CHANNELS_SHM)),
-            SLOT_BYTES_SHM,
-        ),
-    };
-    let layout = Layout {
+    let proposed = Layout {
         nranks: nranks as u64,
-        channels: channels as u64,
+        channels: req_channels as u64,
         slots: FIFO_SLOTS as u64,
-        slot_bytes: slot_bytes as u64,
+        slot_bytes: req_slot as u64,
         // The one-shot path needs every peer mapped: single node only.
-        direct: !multi && transport == Transport::P2p && nranks > 1 && nranks <= ONESHOT_MAX_RANKS,
+        direct: !multi && nranks > 1 && nranks <= ONESHOT_MAX_RANKS,
+        oneshot_bytes: ONESHOT_MAX_BYTES,
     };
-    let net_layout = NetLayout {
-        peers: (0..nranks).filter(|&r| !topo.same_node(r, rank)).collect(),
-        channels: layout.channels,
-        slots: layout.slots,
-        slot_bytes: layout.slot_bytes,
-        // collnet's rails wherever there are several nodes.
-        rail: multi,
-    };
-    Ok(Agreed {
-        ranks,
-        pids,
-        transport,
-        layout,
-        net_layout,
-        sharers,
-    })
+    (node.row().shape(proposed, !multi, co_resident), sharers)
 }
 
-/// Stage 3: the control segments of every rank of our node (plus the FIFOs
-/// for SHM), ours unlinked once everyone mapped it, registered with CUDA
-/// where the kernels need them.
+/// `layout` fitted to the smallest `budget` any rank set (`GPUCOLL_MAX_MEM`).
+fn fit_to_budget(layout: Layout, budget: u64, rank: usize) -> Layout {
+    let fitted = fit_budget(layout, budget);
+    if fitted.total() > budget {
+        tracing::warn!(
+            rank,
+            budget,
+            needs = fitted.total(),
+            "CUDA backend: GPUCOLL_MAX_MEM is below the smallest connector layout; using that"
+        );
+    }
+    tracing::info!(
+        rank,
+        budget,
+        channels = fitted.channels,
+        slot_bytes = fitted.slot_bytes,
+        oneshot_bytes = fitted.oneshot_bytes,
+        bytes = fitted.total(),
+        "CUDA backend: connector layout fitted to the memory budget"
+    );
+    fitted
+}
+
+/// Stage 3: the control segments of every rank of our node (plus what the
+/// transports keep in them: SHM's FIFOs), ours unlinked once everyone
+/// mapped it, registered with CUDA where the kernels need them.
 fn map_segments(mpi: &MpiComm, topo: &Topology, a: &Agreed) -> Result<Vec<Arc<Segment>>> {
     let local_rank = topo.local_rank();
-    let seg_bytes = shm::CONTROL_BYTES
-        + match a.transport {
-            Transport::Shm => a.layout.total() as usize,
-            Transport::P2p => 0,
-        };
-    let seg_bytes = seg_bytes.div_ceil(4096) * 4096;
+    let in_segments: usize = a
+        .route
+        .in_use()
+        .into_iter()
+        .map(|k| k.row().segment_bytes(&a.layout))
+        .sum();
+    let seg_bytes = (shm::CONTROL_BYTES + in_segments).div_ceil(4096) * 4096;
     let node: &[usize] = &topo.nodes[topo.node()];
     let own = Segment::create(
         &shm::segment_name(a.pids[topo.rank], a.ranks[topo.rank].nonce, local_rank),
@@ -287,9 +309,10 @@ fn map_segments(mpi: &MpiComm, topo: &Topology, a: &Agreed) -> Result<Vec<Arc<Se
     }
     let reg = (|| -> Result<()> {
         for (l, s) in segs.iter_mut().enumerate() {
-            // Peers' control words are written by our streams too: SHM
-            // FIFOs, and the copy-engine flags of the direct path.
-            if l == local_rank || a.transport == Transport::Shm || a.layout.direct {
+            // Peers' control words are written by our streams too: a
+            // transport's FIFOs in the segments (SHM), and the copy-engine
+            // flags of the direct path.
+            if l == local_rank || in_segments > 0 || a.layout.direct {
                 s.register()?;
             }
         }
@@ -316,71 +339,6 @@ fn fd_links(mpi: &MpiComm, topo: &Topology, a: &Agreed, config: &Config) -> Resu
         &mut |b| mpi.allgather_bytes(b),
         &mut process::random_nonce,
     )
-}
-
-/// Stage 4's result: the FIFO memory of every rank of our node. Fields
-/// drop in order: the peers' mappings, then our block.
-struct Fifos {
-    /// Peers' P2P blocks opened through IPC.
-    peers: Vec<IpcMapping>,
-    /// Our P2P block (None for SHM: the FIFOs are in the segments).
-    block: Option<DevMem>,
-    /// Every rank's FIFO area in our address space, 0 for ranks on other
-    /// nodes.
-    bases: Vec<u64>,
-}
-
-/// Stage 4: FIFO memory of every rank of our node, as device addresses
-/// by rank.
-fn map_fifos(mpi: &MpiComm, topo: &Topology, a: &Agreed, segs: &[Arc<Segment>]) -> Result<Fifos> {
-    let (rank, nranks) = (topo.rank, topo.nranks);
-    let node: &[usize] = &topo.nodes[topo.node()];
-    if a.transport == Transport::Shm {
-        let mut bases = vec![0u64; nranks];
-        for (l, &r) in node.iter().enumerate() {
-            bases[r] = segs[l].dev_at(shm::CONTROL_BYTES)?;
-        }
-        return Ok(Fifos {
-            peers: Vec::new(),
-            block: None,
-            bases,
-        });
-    }
-    let block = DevMem::zeroed(a.layout.total() as usize)
-        .and_then(|m| driver::ipc_get_handle(m.ptr).map(|h| (m, h)));
-    let (block, handle) = agree(mpi, block, "allocate and export their FIFO memory")?;
-    let handles = mpi.allgather_bytes(&handle)?;
-    if handles.len() != nranks * driver::IPC_HANDLE_BYTES {
-        return Err(Error::Backend(
-            "CUDA IPC handle exchange was truncated".into(),
-        ));
-    }
-    let mut bases = vec![0u64; nranks];
-    bases[rank] = block.ptr;
-    let mut peers = Vec::new();
-    let opened: Result<()> = (|| {
-        for r in 0..nranks {
-            if r == rank || !topo.same_node(r, rank) {
-                continue;
-            }
-            let mut hh = [0u8; driver::IPC_HANDLE_BYTES];
-            hh.copy_from_slice(
-                &handles[r * driver::IPC_HANDLE_BYTES..(r + 1) * driver::IPC_HANDLE_BYTES],
-            );
-            let m = IpcMapping::open(&hh)?;
-            bases[r] = m.ptr();
-            peers.push(m);
-        }
-        Ok(())
-    })();
-    // On failure the mappings opened so far close, then the block is freed.
-    let fifos = Fifos {
-        peers,
-        block: Some(block),
-        bases,
-    };
-    agree(mpi, opened, "open their peers' FIFO memory (CUDA IPC)")?;
-    Ok(fifos)
 }
 
 /// Stage 5: upload the connector tables `(send, recv)`.
@@ -446,12 +404,10 @@ impl CudaBackend {
         config: &Config,
         device: Option<i32>,
     ) -> Result<CudaBackend> {
-        let (rank, nranks) = (topo.rank, topo.nranks);
         setup::check_topology(&mpi, topo)?;
         // Ranks on other (real or simulated) nodes are reached through NET
         // connectors: every rank agrees on this from the topology.
         let multi = topo.nnodes() > 1;
-        let local_rank = topo.local_rank();
         // Without an explicit `device`, GPUs are picked by the rank's index
         // among the processes of its host, not of its node: simulated nodes
         // split a host's ranks, not its GPUs. Collective (every rank calls
@@ -464,162 +420,162 @@ impl CudaBackend {
             threads.and_then(|_| pick_device(host_rank?, device, config.legacy_stream_order));
         let local = agree(&mpi, local, "initialize CUDA")?;
         // From here on, a failure releases what the stages built (Drop).
-        let a = negotiate(
-            &mpi,
-            topo,
-            &local.ctx,
-            multi,
-            p2p_disabled(config),
-            config.cuda_channels,
-        )?;
+        let a = negotiate(&mpi, topo, &local.ctx, multi, p2p_disabled(config), config)?;
         let segs = map_segments(&mpi, topo, &a)?;
         let mesh = fd_links(&mpi, topo, &a, config)?;
-        let fifos = map_fifos(&mpi, topo, &a, &segs)?;
-
-        // Stage 4b (multi-node): our NET block (staging and receive FIFOs
-        // of every inter-node pair, in pinned host memory mapped into the
-        // GPU) and the private MPI duplicate its proxy talks over.
-        // With the rails of collnet: one communicator per channel of the
-        // ranks with our local index, ordered by node (as the host
-        // backend's), so channels never interleave their all-reduces.
-        let net_parts = if multi {
-            let parts = mpi.dup().and_then(|comm| {
-                let rails = if a.net_layout.rail {
-                    let rail = mpi
-                        .split(Some(topo.local_rank() as u32), topo.node() as i32)?
-                        .ok_or_else(|| {
-                            Error::Backend("MPI_Comm_split gave no rail communicator".into())
-                        })?;
-                    (0..a.net_layout.channels)
-                        .map(|_| rail.dup())
-                        .collect::<Result<Vec<_>>>()?
-                } else {
-                    Vec::new()
-                };
-                net::alloc_block(&a.net_layout).map(|(m, d)| (m, d, comm, rails))
-            });
-            Some(agree(&mpi, parts, "set up their NET connectors")?)
-        } else {
-            None
+        let stage = Stage {
+            mpi: &mpi,
+            topo,
+            route: &a.route,
+            layout: &a.layout,
+            segs: &segs,
         };
-        let net_dev = net_parts.as_ref().map(|p| p.1).unwrap_or(0);
-
-        // Stage 4c (multi-node): the NET hop and the rail measured, as the
-        // host backend does, so the tuner weighs ring, tree and collnet on
-        // this cluster's figures; every rank adopts the slowest rank's.
-        let inter_costs = match net_parts.as_ref().and_then(|p| p.3.first()) {
-            Some(r) => {
-                let t = std::time::Instant::now();
-                let m = agree(&mpi, calibrate::measure(r), "measure inter-node costs")?;
-                let bridge = crate::tune::caps::links::CUDA_NET_BRIDGE_US;
-                Some(calibrate::agreed_costs(&mpi, m, topo.nnodes(), t, bridge)?)
-            }
-            None => None,
-        };
+        // Stage 4: the memory of every transport in use, in table order
+        // (P2P blocks or SHM FIFOs; then NET's block and its measured
+        // costs, on several nodes).
+        let mut transports = Transports::bring_up(&stage)?;
 
         // Stage 5: connector tables.
-        let (send, recv) = conn_tables(rank, &a.layout, &fifos.bases, &a.net_layout, net_dev);
-        let tables = upload_conns(&send, &recv);
-        let (send_conns, recv_conns) = agree(&mpi, tables, "upload their connector tables")?;
+        let tables = transports
+            .tables(a.layout.channels)
+            .and_then(|(send, recv)| upload_conns(&send, &recv));
+        let conns = agree(&mpi, tables, "upload their connector tables")?;
 
-        // Start the proxy last: from here on nothing fails but its start.
-        let net = match net_parts {
-            None => None,
-            Some((block, _, comm, rails)) => {
-                let started = NetProxy::start(
-                    comm,
-                    rails,
-                    a.net_layout.clone(),
-                    block,
-                    segs.clone(),
-                    local_rank,
-                    rank,
-                );
-                // A proxy that started where another rank failed is stopped
-                // (joined, requests cancelled) inside `agree`.
-                Some(agree(&mpi, started, "start their NET proxy thread")?)
-            }
-        };
-        let own = &segs[local_rank];
-        let target = DeviceTargets {
-            rank,
-            nranks,
-            layout: a.layout,
-            send_conns: send_conns.ptr,
-            recv_conns: recv_conns.ptr,
-            abort_word: own.dev_at(0)?,
-            status: own.dev_at(shm::STATUS_OFF)?,
-            oneshot_bases: if a.layout.direct {
-                fifos
-                    .bases
-                    .iter()
-                    .map(|b| b + a.layout.oneshot_off())
-                    .collect()
-            } else {
-                Vec::new()
-            },
-            rail: a.net_layout.rail.then_some(local_rank as u32),
-        };
-        let Local {
-            ctx,
-            stream,
-            kernels,
-        } = local;
-        let Fifos { peers, block, .. } = fifos;
-        let local_peers = topo.nodes[topo.node()]
-            .iter()
-            .filter(|&&r| r != rank)
-            .map(|&r| Peer {
-                rank: r,
-                pid: a.pids[r],
-                start: a.ranks[r].start,
-            })
-            .collect();
-        let ce = CopyEngines::new(ctx.ordinal, config.registered, config.ce_batch, mesh);
-        let resident = match config.resident {
-            ResidentMode::On => true,
-            ResidentMode::Auto => a.sharers <= 1,
-            ResidentMode::Off => false,
-        };
-        // Local: without it this rank launches every call, which the
-        // peers cannot tell from a resident block.
-        let resident = if resident && a.layout.direct {
-            Resident::create(config.resident_linger, config.legacy_stream_order)
-                .map_err(|e| tracing::warn!(rank, "resident block unavailable: {e}"))
-                .ok()
-        } else {
-            None
-        };
-        let inner = Arc::new(CudaShared {
-            ce,
-            profile: HostProfile::new(config.profile_host),
-            liveness: PeerLiveness::new(local_peers),
-            rank,
-            nranks,
-            live: LiveOnDevice::new(ctx.ordinal),
-            ctx,
-            target,
-            timeout: config.timeout,
-            _peer_blocks: peers,
-            stream,
-            kernels,
-            net,
-            local_rank,
+        // Start what runs beside the kernels (NET's proxy) last: from here
+        // on nothing fails but its start.
+        transports.start(&stage)?;
+        let caps = caps(&a.layout, &transports);
+        let built = Built {
+            local,
             segs,
-            failure: Failure::default(),
-            fifo: block,
-            mpi: mpi.clone(),
-            _send_conns: send_conns,
-            _recv_conns: recv_conns,
-            store: StepStore::default(),
-            events: EventPool::default(),
-            order: Mutex::new(Default::default()),
-            resident,
-            graph_keep: Mutex::new(Vec::new()),
-        });
-        let caps = caps(&a.layout, a.transport, inter_costs);
+            transports,
+            conns,
+            mesh,
+        };
+        let inner = Arc::new(assemble(mpi, topo, config, &a, built)?);
         log_ready(&inner, topo, &a);
         Ok(CudaBackend::from_parts(inner, caps))
+    }
+}
+
+/// What the stages built, for [`assemble`].
+struct Built {
+    local: Local,
+    segs: Vec<Arc<Segment>>,
+    transports: Transports,
+    /// The connector tables `(send, recv)` on the device.
+    conns: (DevMem, DevMem),
+    mesh: Option<FdMesh>,
+}
+
+/// The backend's shared state from what the stages built.
+fn assemble(
+    mpi: Arc<MpiComm>,
+    topo: &Topology,
+    config: &Config,
+    a: &Agreed,
+    b: Built,
+) -> Result<CudaShared> {
+    let (rank, nranks, local_rank) = (topo.rank, topo.nranks, topo.local_rank());
+    let target = device_targets(topo, a, &b)?;
+    let Local {
+        ctx,
+        stream,
+        kernels,
+    } = b.local;
+    let local_peers = topo.nodes[topo.node()]
+        .iter()
+        .filter(|&&r| r != rank)
+        .map(|&r| Peer {
+            rank: r,
+            pid: a.pids[r],
+            start: a.ranks[r].start,
+        })
+        .collect();
+    let ce = CopyEngines::new(ctx.ordinal, config.registered, config.ce_batch, b.mesh);
+    let (send_conns, recv_conns) = b.conns;
+    // Point-to-point pulls from the peers whose memory this GPU maps.
+    let route = b.transports.route();
+    let mappable = (0..nranks)
+        .map(|r| r != rank && route.of(r) == Some(Kind::P2p))
+        .collect();
+    let moves = Arc::new(PeerMoves::new(
+        ctx.ordinal,
+        mappable,
+        config.legacy_stream_order,
+    ));
+    Ok(CudaShared {
+        moves,
+        ce,
+        profile: HostProfile::new(config.profile_host),
+        liveness: PeerLiveness::new(local_peers),
+        rank,
+        nranks,
+        live: LiveOnDevice::new(ctx.ordinal),
+        ctx,
+        target,
+        timeout: config.timeout,
+        stream,
+        kernels,
+        local_rank,
+        segs: b.segs,
+        failure: Failure::default(),
+        transports: b.transports,
+        mpi,
+        _send_conns: send_conns,
+        _recv_conns: recv_conns,
+        store: StepStore::default(),
+        events: EventPool::default(),
+        order: Mutex::new(Default::default()),
+        resident: resident_block(config, a, rank),
+        graph_keep: Mutex::new(Vec::new()),
+    })
+}
+
+/// The device addresses the lowered tables point at.
+fn device_targets(topo: &Topology, a: &Agreed, b: &Built) -> Result<DeviceTargets> {
+    let own = &b.segs[topo.local_rank()];
+    let oneshot_bases = if a.layout.direct {
+        let blocks = b.transports.mapped_blocks().ok_or_else(|| {
+            Error::Backend("the one-shot path needs peers' blocks mapped (P2P)".into())
+        })?;
+        blocks.iter().map(|b| b + a.layout.oneshot_off()).collect()
+    } else {
+        Vec::new()
+    };
+    Ok(DeviceTargets {
+        rank: topo.rank,
+        nranks: topo.nranks,
+        layout: a.layout,
+        send_conns: b.conns.0.ptr,
+        recv_conns: b.conns.1.ptr,
+        abort_word: own.dev_at(0)?,
+        status: own.dev_at(shm::STATUS_OFF)?,
+        oneshot_bases,
+        rail: b
+            .transports
+            .net()
+            .filter(|n| n.layout.rail)
+            .map(|_| topo.local_rank() as u32),
+    })
+}
+
+/// The resident block of blocking one-shots (`GPUCOLL_RESIDENT`), where
+/// asked for and the direct path exists.
+fn resident_block(config: &Config, a: &Agreed, rank: usize) -> Option<Resident> {
+    let resident = match config.resident {
+        ResidentMode::On => true,
+        ResidentMode::Auto => a.sharers <= 1,
+        ResidentMode::Off => false,
+    };
+    // Local: without it this rank launches every call, which the
+    // peers cannot tell from a resident block.
+    if resident && a.layout.direct {
+        Resident::create(config.resident_linger, config.legacy_stream_order)
+            .map_err(|e| tracing::warn!(rank, "resident block unavailable: {e}"))
+            .ok()
+    } else {
+        None
     }
 }
 
@@ -627,33 +583,23 @@ impl CudaBackend {
 /// agreed geometry.
 fn log_ready(inner: &CudaShared, topo: &Topology, a: &Agreed) {
     let rank = inner.rank;
-    let intra_name = match a.transport {
-        Transport::P2p => "p2p",
-        Transport::Shm => "shm",
-    };
+    let route = inner.transports.route();
     let peers = (0..inner.nranks)
         .filter(|&p| p != rank)
-        .map(|p| {
-            let t = if a.net_layout.index_of(p).is_some() {
-                "net"
-            } else {
-                intra_name
-            };
-            format!("{p}:{t}")
-        })
+        .map(|p| format!("{p}:{}", route.of(p).map_or("?", |k| k.row().name())))
         .collect::<Vec<_>>()
         .join(" ");
     tracing::info!(
         rank,
         gpu = inner.ctx.ordinal,
         pci = driver::device_pci_bus_id(inner.ctx.dev).unwrap_or_default(),
-        transport = ?a.transport,
+        transport = ?route.node(),
         nodes = topo.nnodes(),
         channels = a.layout.channels,
         slot_bytes = a.layout.slot_bytes,
         local_size = topo.local_size(),
         fifo_bytes = a.layout.total(),
-        net_bytes = if topo.nnodes() > 1 { a.net_layout.total() } else { 0 },
+        net_bytes = inner.transports.net().map_or(0, |n| n.layout.total()),
         peers = %peers,
         resident = inner.resident.is_some(),
         "cuda backend ready"

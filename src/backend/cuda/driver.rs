@@ -14,8 +14,8 @@ pub(crate) use sys::{CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmo
 
 mod memops;
 pub(crate) use memops::{
-    allocation_of, batch_available, memcpy_batch_async, memcpy_dtod_async, stream_wait_geq_u32,
-    stream_write_u32, stream_write_u64, Allocation,
+    allocation_of, batch_available, memcpy_async, memcpy_batch_async, memcpy_dtod_async,
+    stream_wait_geq_u32, stream_write_u32, stream_write_u64, Allocation,
 };
 mod vmm;
 pub(crate) use vmm::{vmm_retain, VmmMapping};

@@ -3,12 +3,25 @@
 //! segment, its device and layout proposals), encoded as fixed
 //! little-endian words and parsed with every field checked against the
 //! bounds the bring-up relies on, so a truncated or corrupt exchange is an
-//! error, never a panic or an absurd layout.
+//! error, never a panic or an absurd layout. Also [`agree`], which ends
+//! every bring-up stage (`bringup.rs` and the transports' stages).
 
+use crate::backend::shared::setup;
 use crate::error::{Error, Result};
+use crate::mpi::MpiComm;
+
+/// Whether every rank succeeded a bring-up stage (collective): our own
+/// error wins, else the ranks that failed `what` are named.
+pub(super) fn agree<T>(mpi: &MpiComm, mine: Result<T>, what: &str) -> Result<T> {
+    setup::agree(mpi, mine, |failed| {
+        Error::Backend(format!(
+            "CUDA backend setup: ranks {failed:?} could not {what}"
+        ))
+    })
+}
 
 /// Words per rank.
-pub(crate) const WORDS: usize = 10;
+pub(crate) const WORDS: usize = 11;
 /// Most channels a rank may propose (the status area's limit).
 const MAX_CHANNELS: u64 = super::layout::MAX_CHANNELS as u64;
 /// Largest slot a rank may propose (`GPUCOLL_CUDA_SLOT_KB` is clamped to it).
@@ -34,6 +47,8 @@ pub(crate) struct RankSetup {
     pub sms: usize,
     /// Its start time (`/proc/<pid>/stat` field 22; 0: unknown).
     pub start: u64,
+    /// Connector memory it allows (`GPUCOLL_MAX_MEM` bytes; 0: no limit).
+    pub budget: u64,
 }
 
 impl RankSetup {
@@ -49,6 +64,7 @@ impl RankSetup {
             self.gpu,
             self.sms as u64,
             self.start,
+            self.budget,
         ]
         .iter()
         .flat_map(|w| w.to_le_bytes())
@@ -93,6 +109,7 @@ pub(crate) fn parse(all: &[u8], nranks: usize) -> Result<Vec<RankSetup>> {
                 gpu: w(7),
                 sms: field(8, "multiprocessors", &|v| v <= 1 << 20)? as usize,
                 start: w(9),
+                budget: w(10),
             })
         })
         .collect()
@@ -114,6 +131,7 @@ mod tests {
             gpu: 0xabc + u64::from(r),
             sms: 132,
             start: 9 + u64::from(r),
+            budget: u64::from(r) << 20,
         }
     }
 

@@ -1,11 +1,12 @@
 //! Memory layout of the connectors, identical on every rank: how many
 //! channels and slots, how big a slot is, where each FIFO, head word and
-//! one-shot inbox lives in a rank's block, and the connector tables
-//! (`GcConn`) built from those offsets. Pure arithmetic, unit-tested.
+//! one-shot inbox lives in a rank's block, and the connectors (`GcConn`)
+//! between the ranks of one node built from those offsets ([`FifoAreas`],
+//! for the P2P and SHM transports). Pure arithmetic, unit-tested; which
+//! transport serves which peer is `transport/`'s.
 
 use super::abi::*;
 use super::launch::THREADS;
-use super::net::NetLayout;
 use super::shm;
 
 /// Slots per FIFO (NCCL's `NCCL_STEPS`).
@@ -20,7 +21,7 @@ pub(super) fn p2p_channels(nranks: usize) -> usize {
 /// P2P slot size for `channels` channels: 512 KiB up to 64 channels, then
 /// smaller so that the FIFO memory (channels × nranks × 8 slots per rank)
 /// stays near 512 MiB for 2 ranks; `GPUCOLL_CUDA_SLOT_KB` overrides
-/// (smallest of all ranks).
+/// (smallest of all ranks) and `GPUCOLL_MAX_MEM` shrinks ([`fit_budget`]).
 pub(super) fn p2p_slot_bytes(channels: usize) -> usize {
     if channels > 64 {
         256 << 10
@@ -55,8 +56,6 @@ pub(super) const MAX_CHANNELS: usize = 128;
 const _: () = assert!(
     shm::STATUS_OFF + MAX_CHANNELS * std::mem::size_of::<GcChanStatus>() <= shm::CONTROL_BYTES
 );
-pub(super) const MAX_CHANNELS_SHM: usize = 4;
-pub(super) const SLOT_BYTES_SHM: usize = 64 << 10;
 /// Multi-node communicators (NET connectors between nodes; P2P or SHM
 /// inside them): a few channels of moderate slots, as for SHM, since every
 /// inter-node piece is an MPI message handled by the proxy thread.
@@ -70,17 +69,13 @@ pub(super) const ONESHOT_MAX_RANKS: usize = 8;
 pub(super) const ONESHOT_MAX_BLOCKS: u64 = 64;
 /// Bytes per block below which the one-shot kernel uses fewer blocks.
 pub(super) const ONESHOT_BLOCK_BYTES: u64 = 32 << 10;
-/// Largest one-shot all_reduce (bytes); the inboxes are sized for it.
+/// Largest one-shot all_reduce (bytes) by default; a memory budget may
+/// size the inboxes for less ([`Layout::oneshot_bytes`]).
 pub(super) const ONESHOT_MAX_BYTES: u64 = crate::tune::model::ONESHOT_MAX_BYTES;
 /// Bytes of one parity's flags: `[sender][block]` of `GcFlag` (16 bytes).
 pub(super) const ONESHOT_FLAGS_BYTES: u64 = ONESHOT_MAX_RANKS as u64 * ONESHOT_MAX_BLOCKS * 16;
 /// Largest LL one-shot all_reduce (bytes).
 pub(super) const ONESHOT_LL_MAX_BYTES: u64 = crate::tune::model::ONESHOT_LL_MAX_BYTES;
-/// Bytes of one LL inbox: a header line per block, then one 16-byte line
-/// per 8 data bytes.
-pub(super) const ONESHOT_LL_BOX_BYTES: u64 = (LL_HEADER_LINES + ONESHOT_LL_MAX_BYTES / 8) * 16;
-/// Bytes of one sender's inbox: Simple data, then the LL lines.
-pub(super) const ONESHOT_BOX_BYTES: u64 = ONESHOT_MAX_BYTES + ONESHOT_LL_BOX_BYTES;
 /// Bytes before the parities of the one-shot area: the launch counter
 /// (`GcOneShotCtl`), on a page of its own.
 pub(super) const ONESHOT_CTL_BYTES: u64 = 4096;
@@ -92,10 +87,56 @@ const _: () = assert!(
 /// Data bytes per block of the LL one-shot: one 8-byte unit per thread.
 pub(super) const ONESHOT_LL_BLOCK_BYTES: u64 = THREADS as u64 * 8;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Transport {
-    P2p,
-    Shm,
+/// Slots are halved down to this before channels are given up: below it a
+/// piece's fixed cost (one flag round trip per slot) starts to dominate.
+const BUDGET_SLOT_FLOOR: u64 = 64 << 10;
+/// The smallest slot a budget can ask for (the setup exchange's minimum).
+const BUDGET_SLOT_MIN: u64 = 4 << 10;
+/// One-shot inboxes are halved down to this first: above it the ring or
+/// tree is about as fast on one node (the tuner's crossover on H200 lies
+/// between 256 KiB and 1 MiB).
+const BUDGET_ONESHOT_FLOOR: u64 = 1 << 20;
+/// The smallest one-shot inbox a budget can ask for.
+const BUDGET_ONESHOT_MIN: u64 = 64 << 10;
+
+/// `layout` shrunk until its block fits `budget` bytes
+/// (`GPUCOLL_MAX_MEM`), in this order: one-shot inboxes halved down to 1
+/// MiB and slots down to 64 KiB (neither costs much speed); then the
+/// inboxes halved further until the one-shot area takes at most a quarter
+/// of the budget, since with many ranks (one inbox per sender and parity)
+/// it would otherwise crowd out the channels that carry large messages;
+/// then channels dropped one by one; last the inboxes down to 64 KiB and
+/// slots down to 4 KiB. Whatever the budget, one channel of the smallest
+/// slots remains, so no call fails for it; the caller reports a budget it
+/// could not meet. A pure function of the agreed layout and budget, so
+/// every rank computes the same.
+pub(super) fn fit_budget(layout: Layout, budget: u64) -> Layout {
+    let mut l = layout;
+    let over = |l: &Layout| l.total() > budget;
+    let halve = |v: u64, floor: u64| (v / 2).max(floor) / 64 * 64;
+    while over(&l) && l.direct && l.oneshot_bytes > BUDGET_ONESHOT_FLOOR {
+        l.oneshot_bytes = halve(l.oneshot_bytes, BUDGET_ONESHOT_FLOOR);
+    }
+    while over(&l) && l.slot_bytes > BUDGET_SLOT_FLOOR {
+        l.slot_bytes = halve(l.slot_bytes, BUDGET_SLOT_FLOOR);
+    }
+    while over(&l)
+        && l.direct
+        && l.oneshot_bytes > BUDGET_ONESHOT_MIN
+        && l.oneshot_area_bytes() > budget / 4
+    {
+        l.oneshot_bytes = halve(l.oneshot_bytes, BUDGET_ONESHOT_MIN);
+    }
+    while over(&l) && l.channels > 1 {
+        l.channels -= 1;
+    }
+    while over(&l) && l.direct && l.oneshot_bytes > BUDGET_ONESHOT_MIN {
+        l.oneshot_bytes = halve(l.oneshot_bytes, BUDGET_ONESHOT_MIN);
+    }
+    while over(&l) && l.slot_bytes > BUDGET_SLOT_MIN {
+        l.slot_bytes = halve(l.slot_bytes, BUDGET_SLOT_MIN);
+    }
+    l
 }
 
 /// Where every connector lives, identical on all ranks.
@@ -107,6 +148,10 @@ pub(super) struct Layout {
     pub slot_bytes: u64,
     /// Whether the block ends with the one-shot area (P2P only).
     pub direct: bool,
+    /// Largest one-shot per rank (bytes) the inboxes hold: Simple up to
+    /// this, LL up to [`oneshot_ll_bytes`](Self::oneshot_ll_bytes).
+    /// [`ONESHOT_MAX_BYTES`] unless a memory budget asks for less.
+    pub oneshot_bytes: u64,
 }
 
 impl Layout {
@@ -132,8 +177,17 @@ impl Layout {
     pub(super) fn oneshot_off(&self) -> u64 {
         self.fifo_total().div_ceil(4096) * 4096
     }
+    /// Largest LL one-shot per rank (bytes).
+    pub(super) fn oneshot_ll_bytes(&self) -> u64 {
+        self.oneshot_bytes.min(ONESHOT_LL_MAX_BYTES)
+    }
+    /// Bytes of one sender's inbox: Simple data, then the LL lines (a
+    /// header line per block, then one 16-byte line per 8 data bytes).
+    pub(super) fn oneshot_box_bytes(&self) -> u64 {
+        self.oneshot_bytes + (LL_HEADER_LINES + self.oneshot_ll_bytes().div_ceil(8)) * 16
+    }
     pub(super) fn oneshot_parity_bytes(&self) -> u64 {
-        ONESHOT_FLAGS_BYTES + self.nranks * ONESHOT_BOX_BYTES
+        ONESHOT_FLAGS_BYTES + self.nranks * self.oneshot_box_bytes()
     }
     /// Flags `[sender][..]` of parity 0, relative to the one-shot area.
     pub(super) fn oneshot_flags(&self, sender: u64) -> u64 {
@@ -141,69 +195,60 @@ impl Layout {
     }
     /// Inbox of `sender` for parity 0, relative to the one-shot area.
     pub(super) fn oneshot_inbox(&self, sender: u64) -> u64 {
-        ONESHOT_CTL_BYTES + ONESHOT_FLAGS_BYTES + sender * ONESHOT_BOX_BYTES
+        ONESHOT_CTL_BYTES + ONESHOT_FLAGS_BYTES + sender * self.oneshot_box_bytes()
+    }
+    /// Bytes of the one-shot area: the counter and both parities.
+    pub(super) fn oneshot_area_bytes(&self) -> u64 {
+        ONESHOT_CTL_BYTES + 2 * self.oneshot_parity_bytes()
     }
     pub(super) fn total(&self) -> u64 {
         if self.direct {
-            self.oneshot_off() + ONESHOT_CTL_BYTES + 2 * self.oneshot_parity_bytes()
+            self.oneshot_off() + self.oneshot_area_bytes()
         } else {
             self.fifo_total()
         }
     }
 }
 
-/// The connector tables `(send, recv)`, indexed `[channel * nranks + peer]`,
-/// as rank `rank` sees them (at its own index: the rail pair, if any). `bases[r]`: rank `r`'s P2P/SHM area in our
-/// address space (for ranks of our node); `net_dev`: our NET block. Every
-/// offset comes from the agreed layouts, so a sender's connector and its
-/// receiver's are the same memory.
-pub(super) fn conn_tables(
-    rank: usize,
-    layout: &Layout,
-    bases: &[u64],
-    net: &NetLayout,
-    net_dev: u64,
-) -> (Vec<GcConn>, Vec<GcConn>) {
-    let n = layout.nranks as usize;
-    let me = rank as u64;
-    let mut send = vec![GcConn::default(); layout.channels as usize * n];
-    let mut recv = vec![GcConn::default(); layout.channels as usize * n];
-    let conn = |base: u64, head: u64| GcConn {
+/// A connector whose FIFO (tail word, meta words, slots) starts at `base`
+/// and whose head word, written by the receiver, is at `head`.
+pub(super) fn conn(base: u64, head: u64) -> GcConn {
+    GcConn {
         data: base + CONN_HEADER,
         meta: base + CONN_META_OFF,
         tail: base + CONN_TAIL_OFF,
         head,
         ..GcConn::default()
-    };
-    for c in 0..layout.channels {
-        if let Some(i) = net.rail_index() {
-            // Our own index: the channel's rail pair (collnet), bridged by
-            // the proxy to MPI's all-reduce (`net/rail.rs`).
-            let k = c as usize * n + rank;
-            recv[k] = conn(net_dev + net.recv_conn(c, i), net_dev + net.recv_head(c, i));
-            send[k] = conn(net_dev + net.send_conn(c, i), net_dev + net.send_head(c, i));
-        }
-        for p in (0..n).filter(|&p| p != rank) {
-            let k = c as usize * n + p;
-            let pu = p as u64;
-            if let Some(i) = net.index_of(p) {
-                // NET: both connectors in our NET block; the proxy moves the
-                // pieces between our staging FIFO and the peer's receive FIFO.
-                recv[k] = conn(net_dev + net.recv_conn(c, i), net_dev + net.recv_head(c, i));
-                send[k] = conn(net_dev + net.send_conn(c, i), net_dev + net.send_head(c, i));
-            } else {
-                recv[k] = conn(
-                    bases[rank] + layout.conn_off(c, pu),
-                    bases[p] + layout.head_off(c, me),
-                );
-                send[k] = conn(
-                    bases[p] + layout.conn_off(c, me),
-                    bases[rank] + layout.head_off(c, pu),
-                );
-            }
-        }
     }
-    (send, recv)
+}
+
+/// The FIFO areas of our node's ranks in our address space, as rank `rank`
+/// sees them: `bases[r]` is rank `r`'s area (its P2P block mapped through
+/// IPC, or its SHM segment's FIFOs), 0 for ranks on other nodes. Every
+/// offset comes from the agreed layout, so a sender's connector and its
+/// receiver's are the same memory.
+#[derive(Debug, Clone)]
+pub(super) struct FifoAreas {
+    pub rank: usize,
+    pub layout: Layout,
+    pub bases: Vec<u64>,
+}
+
+impl FifoAreas {
+    /// The connectors `(send, recv)` of channel `c` with `peer`: each FIFO
+    /// in its receiver's area, its head word in its sender's. `None` for
+    /// our own rank and ranks whose area is not mapped here.
+    pub(super) fn conns(&self, c: u64, peer: usize) -> Option<(GcConn, GcConn)> {
+        let (me, mine) = (self.rank as u64, *self.bases.get(self.rank)?);
+        let theirs = *self.bases.get(peer)?;
+        if peer == self.rank || mine == 0 || theirs == 0 {
+            return None;
+        }
+        let (l, p) = (&self.layout, peer as u64);
+        let send = conn(theirs + l.conn_off(c, me), mine + l.head_off(c, p));
+        let recv = conn(mine + l.conn_off(c, p), theirs + l.head_off(c, me));
+        Some((send, recv))
+    }
 }
 
 #[cfg(test)]
@@ -228,81 +273,101 @@ mod tests {
         }
     }
 
-    /// 4 ranks on 2 nodes ({0, 1}, {2, 3}); each rank's P2P area at a
-    /// fake address common to all ranks (as if mapped at the same place),
-    /// each NET block private to its rank.
-    fn tables(rank: usize) -> (Vec<GcConn>, Vec<GcConn>, Layout, NetLayout, u64) {
-        let layout = Layout {
-            nranks: 4,
-            channels: NET_CHANNELS as u64,
-            slots: FIFO_SLOTS as u64,
-            slot_bytes: SLOT_BYTES_NET as u64,
-            direct: false,
-        };
-        let node = |r: usize| r / 2;
-        let bases: Vec<u64> = (0..4)
-            .map(|r| {
-                if node(r) == node(rank) {
-                    (r as u64 + 1) << 40
-                } else {
-                    0
-                }
-            })
-            .collect();
-        let net = NetLayout {
-            peers: (0..4).filter(|&r| node(r) != node(rank)).collect(),
-            channels: layout.channels,
-            slots: layout.slots,
-            slot_bytes: layout.slot_bytes,
-            rail: true,
-        };
-        let net_dev = (rank as u64 + 10) << 40;
-        let (s, r) = conn_tables(rank, &layout, &bases, &net, net_dev);
-        (s, r, layout, net, net_dev)
-    }
-
     #[test]
-    fn intra_node_connectors_meet() {
-        let t: Vec<_> = (0..4).map(tables).collect();
-        let n = 4;
-        for (a, b) in [(0, 1), (1, 0), (2, 3), (3, 2)] {
-            for c in 0..NET_CHANNELS {
-                let s = t[a].0[c * n + b];
-                let r = t[b].1[c * n + a];
-                assert_eq!(
-                    (s.data, s.meta, s.tail, s.head),
-                    (r.data, r.meta, r.tail, r.head)
+    fn a_memory_budget_shrinks_inboxes_and_slots_before_channels() {
+        for nranks in [2u64, 4, 8] {
+            let full = Layout {
+                nranks,
+                channels: 132 / nranks,
+                slots: FIFO_SLOTS as u64,
+                slot_bytes: 256 << 10,
+                direct: true,
+                oneshot_bytes: ONESHOT_MAX_BYTES,
+            };
+            // A budget the layout already fits changes nothing.
+            let same = fit_budget(full, full.total());
+            assert_eq!(
+                (same.channels, same.slot_bytes),
+                (full.channels, full.slot_bytes)
+            );
+            assert_eq!(same.oneshot_bytes, ONESHOT_MAX_BYTES);
+            let smallest = Layout {
+                channels: 1,
+                slot_bytes: BUDGET_SLOT_MIN,
+                oneshot_bytes: BUDGET_ONESHOT_MIN,
+                ..full
+            };
+            for mib in [1u64, 8, 16, 32, 64, 128, 256, 300] {
+                let budget = mib << 20;
+                let f = fit_budget(full, budget);
+                let what = format!("{nranks} ranks, {mib} MiB: {f:?} needs {}", f.total());
+                assert!(f.channels >= 1 && f.slot_bytes >= BUDGET_SLOT_MIN, "{what}");
+                assert!(
+                    f.slot_bytes % 64 == 0 && f.oneshot_bytes % 64 == 0,
+                    "{what}"
                 );
-                // In the receiver's area, heads in the sender's.
-                assert_eq!(r.tail >> 40, b as u64 + 1);
-                assert_eq!(s.head >> 40, a as u64 + 1);
+                assert!(
+                    f.total() <= budget || f.total() == smallest.total(),
+                    "{what}"
+                );
+                // Inboxes shrink to their floor before slots, slots before
+                // channels.
+                if f.slot_bytes < full.slot_bytes {
+                    assert!(f.oneshot_bytes <= BUDGET_ONESHOT_FLOOR, "{what}");
+                }
+                // Channels go only once slots are at their floor and the
+                // one-shot area is within a quarter of the budget.
+                if f.channels < full.channels {
+                    assert!(f.slot_bytes <= BUDGET_SLOT_FLOOR, "{what}");
+                    assert!(
+                        f.oneshot_bytes == BUDGET_ONESHOT_MIN
+                            || f.oneshot_area_bytes() <= budget / 4,
+                        "{what}"
+                    );
+                }
+                // One more channel would not have fitted.
+                if f.slot_bytes == BUDGET_SLOT_FLOOR && f.channels > 1 && f.channels < full.channels
+                {
+                    let more = Layout {
+                        channels: f.channels + 1,
+                        ..f
+                    };
+                    assert!(more.total() > budget, "{what}");
+                }
+                // The LL inbox never outgrows the Simple one.
+                assert!(f.oneshot_ll_bytes() <= f.oneshot_bytes, "{what}");
             }
+            // A budget below the flags and headers alone gets the smallest.
+            assert_eq!(fit_budget(full, 4096).total(), smallest.total());
         }
     }
 
     #[test]
-    fn inter_node_and_rail_connectors_stay_in_the_own_net_block() {
-        for rank in 0..4 {
-            let (send, recv, layout, net, dev) = tables(rank);
-            let n = 4;
-            let mut words = Vec::new();
-            for c in 0..layout.channels as usize {
-                // The NET peers' pairs and, at our own index, the rail's.
-                for p in net.peers.iter().copied().chain([rank]) {
-                    for conn in [send[c * n + p], recv[c * n + p]] {
-                        for a in [conn.data, conn.meta, conn.tail, conn.head] {
-                            assert!(a >= dev && a < dev + net.total(), "rank {rank} peer {p}");
-                        }
-                        let last = conn.data + layout.slots * layout.slot_bytes;
-                        assert!(last <= dev + net.total());
-                        words.extend([conn.tail, conn.head, conn.data]);
-                    }
-                }
-            }
-            words.sort_unstable();
-            let len = words.len();
-            words.dedup();
-            assert_eq!(words.len(), len, "rank {rank}: NET connectors share words");
-        }
+    fn a_64_mib_budget_keeps_channels_at_two_ranks_and_eight() {
+        // 64 MiB at 2 ranks keeps the 1 MiB one-shot and many channels.
+        let two = Layout {
+            nranks: 2,
+            channels: 66,
+            slots: FIFO_SLOTS as u64,
+            slot_bytes: 256 << 10,
+            direct: true,
+            oneshot_bytes: ONESHOT_MAX_BYTES,
+        };
+        let f = fit_budget(two, 64 << 20);
+        assert_eq!(
+            (f.oneshot_bytes, f.slot_bytes),
+            (1 << 20, BUDGET_SLOT_FLOOR)
+        );
+        assert!(f.channels >= 48, "{f:?}");
+        // 64 MiB at 8 ranks: the one-shot area gives way to the channels.
+        let eight = Layout {
+            nranks: 8,
+            channels: 16,
+            ..two
+        };
+        let f = fit_budget(eight, 64 << 20);
+        assert!(f.total() <= 64 << 20, "{f:?}");
+        assert!(f.oneshot_area_bytes() <= 16 << 20, "{f:?}");
+        assert!(f.channels >= 12, "{f:?}");
     }
 }

@@ -6,8 +6,7 @@
 use super::abi::*;
 use super::launch::THREADS;
 use super::layout::{
-    Layout, ONESHOT_BLOCK_BYTES, ONESHOT_LL_BLOCK_BYTES, ONESHOT_LL_MAX_BYTES, ONESHOT_MAX_BLOCKS,
-    ONESHOT_MAX_BYTES,
+    Layout, ONESHOT_BLOCK_BYTES, ONESHOT_LL_BLOCK_BYTES, ONESHOT_MAX_BLOCKS, ONESHOT_MAX_BYTES,
 };
 use super::net::RailJob;
 use crate::backend::shared::validate::{self, plan_error, Limits};
@@ -157,7 +156,12 @@ impl PeerCall {
             CollKind::AllReduce | CollKind::Broadcast => (c, c),
             // No peer kernel runs these (`peer::peer_candidate`): their
             // extents are the task's.
-            CollKind::Reduce | CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => (c, c),
+            CollKind::Reduce
+            | CollKind::AllToAll
+            | CollKind::Gather
+            | CollKind::Scatter
+            | CollKind::Scan
+            | CollKind::ExclusiveScan => (c, c),
         }
     }
 }
@@ -245,18 +249,21 @@ pub(super) fn int_scale(dtype: Datatype, s: f64) -> u64 {
     }
 }
 
-/// The one-shot kernel's code for a collective (it runs all of them; a new
-/// collective needs its code here and in `kernels/oneshot.cuh`).
-pub(super) fn oneshot_kind(kind: CollKind) -> u32 {
+/// The one-shot kernel's code for a collective, if it runs it (a new
+/// collective with a one-shot form needs its code here and in
+/// `kernels/oneshot.cuh`). The prefix chains of scan and exclusive_scan
+/// have none: the planner never gives them a one-shot plan.
+pub(super) fn oneshot_kind(kind: CollKind) -> Option<u32> {
     match kind {
-        CollKind::AllReduce => ONESHOT_ALL_REDUCE,
-        CollKind::AllGather => ONESHOT_ALL_GATHER,
-        CollKind::ReduceScatter => ONESHOT_REDUCE_SCATTER,
-        CollKind::AllToAll => ONESHOT_ALL_TO_ALL,
-        CollKind::Broadcast => ONESHOT_BROADCAST,
-        CollKind::Reduce => ONESHOT_REDUCE,
-        CollKind::Gather => ONESHOT_GATHER,
-        CollKind::Scatter => ONESHOT_SCATTER,
+        CollKind::AllReduce => Some(ONESHOT_ALL_REDUCE),
+        CollKind::AllGather => Some(ONESHOT_ALL_GATHER),
+        CollKind::ReduceScatter => Some(ONESHOT_REDUCE_SCATTER),
+        CollKind::AllToAll => Some(ONESHOT_ALL_TO_ALL),
+        CollKind::Broadcast => Some(ONESHOT_BROADCAST),
+        CollKind::Reduce => Some(ONESHOT_REDUCE),
+        CollKind::Gather => Some(ONESHOT_GATHER),
+        CollKind::Scatter => Some(ONESHOT_SCATTER),
+        CollKind::Scan | CollKind::ExclusiveScan => None,
     }
 }
 
@@ -329,7 +336,17 @@ impl DeviceTargets {
     pub(super) fn oneshot(&self, plan: &Plan, input: Mem, output: Mem, seq: u64) -> Result<Item> {
         let task = &plan.task;
         let dtype = task.dtype;
-        let kind = oneshot_kind(task.kind);
+        let kind = oneshot_kind(task.kind).ok_or_else(|| {
+            plan_error(
+                seq,
+                0,
+                0,
+                format!(
+                    "a one-shot {}, which has no one-shot kernel",
+                    task.kind.name()
+                ),
+            )
+        })?;
         let bytes = task.count.saturating_mul(dtype.size() as u64);
         let n = self.nranks as u64;
         // Segments of `count` elements this rank reads and writes: one per
@@ -344,7 +361,8 @@ impl DeviceTargets {
             CollKind::Reduce => (1, u64::from(root)),
             CollKind::Gather => (1, if root { n } else { 0 }),
             CollKind::Scatter => (if root { n } else { 0 }, 1),
-            CollKind::AllReduce => (1, 1),
+            // Refused above (no one-shot kernel).
+            CollKind::AllReduce | CollKind::Scan | CollKind::ExclusiveScan => (1, 1),
         };
         let holds = |m: &Mem, segs: u64| {
             segs == 0 || (m.addr != 0 && m.elems >= task.count.saturating_mul(segs))
@@ -366,12 +384,22 @@ impl DeviceTargets {
         let (me, l) = (self.rank as u64, &self.layout);
         let red = plan.reduction;
         let ll = plan.protocol == Protocol::LL;
-        if ll && bytes > ONESHOT_LL_MAX_BYTES {
+        if bytes
+            > if ll {
+                l.oneshot_ll_bytes()
+            } else {
+                l.oneshot_bytes
+            }
+        {
             return Err(plan_error(
                 seq,
                 0,
                 0,
-                format!("an LL one-shot of {bytes} bytes (at most {ONESHOT_LL_MAX_BYTES})"),
+                format!(
+                    "a one-shot of {bytes} bytes per rank (the inboxes hold {} with Simple, {} with LL)",
+                    l.oneshot_bytes,
+                    l.oneshot_ll_bytes()
+                ),
             ));
         }
         let mut flags = kind << ONESHOT_KIND_SHIFT | (task.root as u32) << ONESHOT_ROOT_SHIFT;
@@ -399,7 +427,7 @@ impl DeviceTargets {
             ctl: bases[self.rank],
             meta: (seq << 32) | (bytes & 0xffff_ffff),
             parity_bytes: l.oneshot_parity_bytes(),
-            ll_off: ONESHOT_MAX_BYTES,
+            ll_off: l.oneshot_bytes,
             nranks: self.nranks as u32,
             rank: self.rank as u32,
             op: op_code(red.combine, dtype),

@@ -16,12 +16,12 @@
 //! | file | concern |
 //! |---|---|
 //! | `backend.rs` | [`CudaBackend`] and its `Backend` implementation |
-//! | `bringup.rs` | `CudaBackend::new`/`new_on_device`: the collective bring-up stages, each ending in `shared::setup::agree` so all ranks fail together |
-//! | `exchange.rs` | the setup exchange of bring-up stage 2 (identity, segment nonce, device and layout proposals) |
-//! | `caps.rs` | `BackendCaps` and link costs offered to the tuner |
-//! | `layout.rs` | connector memory layout, channel/slot sizing, connector tables |
-//! | `state.rs` | `CudaShared`, what a backend owns, its failure state (the shared `Failure` over the node's segments) and its teardown |
-//! | `submit.rs` | one submission: lower, upload, launch, order |
+//! | `bringup.rs` | `CudaBackend::new`/`new_on_device`: the collective bring-up stages, each ending in `agree` so all ranks fail together; it asks `transport/` what each transport does in them |
+//! | `exchange.rs` | the setup exchange of bring-up stage 2 (identity, segment nonce, device and layout proposals); `agree` |
+//! | `caps.rs` | `BackendCaps` offered to the tuner, with each transport's link cost |
+//! | `layout.rs` | connector memory layout, channel/slot sizing, the connectors between a node's FIFO areas |
+//! | `state.rs` | `CudaShared`, what a backend owns (the transports' owners among it), its failure state (the shared `Failure` over the node's segments) and its teardown |
+//! | `submit.rs` | one submission in phases: open (lower), prepare, upload, launch, record |
 //! | `staging.rs` | host buffers staged through device memory |
 //! | `lower.rs` | plan lowering to `GcStep`/`GcChan`/`GcArgs` (pure; CPU tests); the one-shot decision |
 //! | `upload.rs` | step tables and group tables copied to the device |
@@ -38,7 +38,7 @@
 //! | `driver.rs` | the driver API wrappers; result codes to `Error::Cuda`/`Error::OutOfMemory` |
 //! | `memory.rs` | contexts, device/pinned memory, [`DeviceBuffer`] |
 //! | `shm.rs` | the per-rank control segments in `/dev/shm` (on `shared::shm::Mapping`) |
-//! | `net.rs` | NET connectors: layout and the proxy's state machine (`net/thread.rs`: the proxy thread and NET block; `net/rail.rs`: collnet's rail pairs) |
+//! | `transport/` | the transport seam: the table in priority order, `select`, each transport's bring-up and owner, the connector tables; `p2p.rs`, `shm.rs`, `net/` (NET: `stage.rs` its bring-up, `mod.rs` layout and the proxy's state machine, `thread.rs` the proxy thread and NET block, `rail.rs` collnet's rail pairs) |
 //! | `stream.rs` | [`CudaStream`], [`CudaGraph`] |
 //! | `abi.rs` | the structs and constants shared with `kernels/coll.cu` |
 //! | `peer_mem/` | peer memory: allocation export/import (IPC handles, VMM descriptors), peer kernels on registered buffers, copy-engine collectives: the schedule of copies, the flags and the per-call board in the control segments, the registration caches, the stream sequence |
@@ -52,7 +52,7 @@
 //!
 //! Multi-node communicators (real nodes, or `GPUCOLL_SIM_NODES`): peers on
 //! the rank's own node use P2P or SHM as above; peers on other nodes use
-//! NET connectors (`net`): FIFOs in the rank's own pinned host memory,
+//! NET connectors (`transport/net/`): FIFOs in the rank's own pinned host memory,
 //! bridged over MPI point-to-point by a proxy thread (needs
 //! `MPI_THREAD_MULTIPLE`). No direct path there.
 //!
@@ -88,7 +88,6 @@ mod layout;
 mod lower;
 mod memory;
 mod module;
-mod net;
 mod order;
 mod peer_mem;
 mod pending;
@@ -99,8 +98,13 @@ mod staging;
 mod state;
 mod stream;
 mod submit;
+mod transport;
 mod upload;
 mod watchdog;
+
+// NET's nouns (the rail's `RailJob`, `NetLayout`) as `super::net` for the
+// files that lower and run its steps.
+use transport::net;
 
 /// The parsers of bytes that other processes wrote, for `crate::fuzzing`.
 pub(crate) mod parsers {

@@ -74,7 +74,8 @@ pub(super) struct CudaPending {
     /// A local peer's process died while this work waited (it fails the
     /// communicator and is the error this work reports).
     peer_dead: Option<Error>,
-    /// Tells the NET proxy a launch is in flight (it then polls eagerly).
+    /// Tells the transports with a thread (NET's proxy) that a launch is in
+    /// flight (they then poll eagerly).
     active: Option<net::ActiveGuard>,
 }
 
@@ -91,7 +92,7 @@ impl CudaPending {
         stream: usize,
     ) -> CudaPending {
         let now = Instant::now();
-        let active = inner.net.as_ref().map(|n| n.begin());
+        let active = inner.transports.begin();
         CudaPending {
             inner,
             event,
@@ -166,8 +167,9 @@ impl CudaPending {
         if let Some(e) = &self.peer_dead {
             return e.clone();
         }
-        // The NET proxy raised the abort word: its error says why.
-        if let Some(e) = inner.net_error() {
+        // A transport's thread (NET's proxy) raised the abort word: its
+        // error says why.
+        if let Some(e) = inner.transport_error() {
             return e;
         }
         if self.timed_out {
@@ -283,6 +285,48 @@ impl CudaPending {
         Ok(())
     }
 
+    /// Progress, a dead local peer, the abort word and the timeout, checked
+    /// at `now` while the work is not complete: `Err` once it is given up.
+    fn watch(&mut self, now: Instant) -> Result<()> {
+        let sum = self.inner.progress_sum();
+        if sum != self.last_sum {
+            self.last_sum = sum;
+            self.last_progress = now;
+        }
+        if self.peer_dead.is_none() {
+            if let Some(e) = self.inner.liveness.dead() {
+                // Raises the node's abort words: our kernels leave.
+                self.inner.mark_failed(e.to_string());
+                self.peer_dead = Some(e);
+            }
+        }
+        if self.abort_seen.is_none() && self.inner.own().abort_word() != 0 {
+            self.abort_seen = Some(now);
+        }
+        if self.abort_seen.is_none() && now.duration_since(self.last_progress) >= self.inner.timeout
+        {
+            self.timed_out = true;
+            let e = self.abort_error();
+            self.inner.mark_failed(e.to_string());
+            self.abort_seen = Some(now);
+        }
+        if let Some(t) = self.abort_seen {
+            // Copy-engine waits no peer will complete any more.
+            self.inner.ce_release();
+            if now.duration_since(t) > ABORT_GRACE {
+                // The kernel does not leave: give up on it and leak its
+                // memory rather than free it under a running kernel.
+                if let Some(r) = self.res.take() {
+                    std::mem::forget(r);
+                }
+                let e = self.abort_error();
+                self.inner.mark_failed(e.to_string());
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     /// One step of progress; Some(result) once finished. `bound`: the
     /// context is already current on this thread.
     pub(super) fn poll(&mut self, bound: bool) -> Option<Result<()>> {
@@ -318,43 +362,7 @@ impl CudaPending {
                 }
                 self.last_progress = now;
             }
-            let sum = self.inner.progress_sum();
-            if sum != self.last_sum {
-                self.last_sum = sum;
-                self.last_progress = now;
-            }
-            if self.peer_dead.is_none() {
-                if let Some(e) = self.inner.liveness.dead() {
-                    // Raises the node's abort words: our kernels leave.
-                    self.inner.mark_failed(e.to_string());
-                    self.peer_dead = Some(e);
-                }
-            }
-            if self.abort_seen.is_none() && self.inner.own().abort_word() != 0 {
-                self.abort_seen = Some(now);
-            }
-            if self.abort_seen.is_none()
-                && now.duration_since(self.last_progress) >= self.inner.timeout
-            {
-                self.timed_out = true;
-                let e = self.abort_error();
-                self.inner.mark_failed(e.to_string());
-                self.abort_seen = Some(now);
-            }
-            if let Some(t) = self.abort_seen {
-                // Copy-engine waits no peer will complete any more.
-                self.inner.ce_release();
-                if now.duration_since(t) > ABORT_GRACE {
-                    // The kernel does not leave: give up on it and leak its
-                    // memory rather than free it under a running kernel.
-                    if let Some(r) = self.res.take() {
-                        std::mem::forget(r);
-                    }
-                    let e = self.abort_error();
-                    self.inner.mark_failed(e.to_string());
-                    return Err(e);
-                }
-            }
+            self.watch(now)?;
             Ok(None)
         })();
         match r {

@@ -4,16 +4,16 @@
 
 use super::cache::Resources;
 use super::cache::StepStore;
-use super::handles::{EventPool, IpcMapping, Stream};
+use super::handles::{EventPool, Stream};
 use super::lower::DeviceTargets;
 use super::memory::{bind, DevMem, DeviceCtx, LiveOnDevice};
 use super::module::Kernels;
-use super::net::NetProxy;
 use super::order::Order;
-use super::peer_mem::CopyEngines;
+use super::peer_mem::{CopyEngines, PeerMoves};
 use super::profile::HostProfile;
 use super::resident::{Launcher, Resident};
 use super::shm::Segment;
+use super::transport::Transports;
 use crate::backend::shared::failure::{Failure, NodeSegments};
 use crate::backend::shared::liveness::PeerLiveness;
 use crate::error::Error;
@@ -25,9 +25,10 @@ use std::time::Duration;
 /// backend handle and its threads.
 ///
 /// Fields release in declaration order after [`CudaShared::drop`]'s body: the
-/// copy engines' peer mappings and lanes, the context, peer
-/// IPC mappings, our stream, the module, the NET proxy, the control
-/// segments, our P2P block, the connector tables.
+/// copy engines' peer mappings and lanes, the context, our stream, the
+/// module, the control segments, the transports (P2P: peers' IPC mappings,
+/// then our block; SHM: its hold on the segments; NET: its block, the
+/// proxy stopped in the body), the connector tables.
 pub(super) struct CudaShared {
     pub rank: usize,
     pub nranks: usize,
@@ -40,24 +41,21 @@ pub(super) struct CudaShared {
     /// Layout and the device addresses the lowered tables point at.
     pub target: DeviceTargets,
     pub timeout: Duration,
-    /// Peers' P2P blocks opened through IPC.
-    pub _peer_blocks: Vec<IpcMapping>,
     pub stream: Stream,
     pub kernels: Kernels,
-    /// Connectors to ranks on other nodes and their proxy thread (multi-node
-    /// communicators only). Stopped in `Drop` after the teardown barrier
-    /// (declared before `segs`, which the thread holds clones of).
-    pub net: Option<NetProxy>,
     pub local_rank: usize,
     /// Control segments of every local rank (ours at `local_rank`).
     pub segs: Vec<Arc<Segment>>,
     /// First error wins; published through the segments' abort words.
     pub failure: Failure,
-    /// Our P2P block (heads + receive FIFOs).
-    pub fifo: Option<DevMem>,
+    /// The memory and threads of the transports that reach our peers
+    /// (P2P or SHM within the node, NET to other nodes). Released in `Drop`
+    /// after the teardown barrier.
+    pub transports: Transports,
     /// For the teardown barrier: peers write into our P2P block (head
-    /// credits, FIFO slots, direct inboxes), so it is freed only once every
-    /// rank's kernels are known to be done.
+    /// credits, FIFO slots, direct inboxes) and NET's proxy serves their
+    /// kernels, so both go only once every rank's kernels are known to be
+    /// done.
     pub mpi: Arc<MpiComm>,
     pub _send_conns: DevMem,
     pub _recv_conns: DevMem,
@@ -77,6 +75,8 @@ pub(super) struct CudaShared {
     pub profile: HostProfile,
     /// The processes of this node's other ranks (a dead one fails us).
     pub liveness: PeerLiveness,
+    /// The device side of point-to-point messages (`crate::p2p`).
+    pub moves: Arc<PeerMoves>,
 }
 
 // SAFETY: the raw CUDA handles (functions in `kernels`, the context) are
@@ -104,9 +104,9 @@ impl CudaShared {
         }
     }
 
-    /// The NET proxy's failure, if it failed.
-    pub(super) fn net_error(&self) -> Option<Error> {
-        self.net.as_ref().and_then(|n| n.error())
+    /// A transport's failure (NET's proxy), if one failed.
+    pub(super) fn transport_error(&self) -> Option<Error> {
+        self.transports.error()
     }
 
     /// Our own control segment.
@@ -123,9 +123,10 @@ impl CudaShared {
         }
     }
 
-    /// Why no new work may start, if so (the NET proxy's failure first).
+    /// Why no new work may start, if so (a transport's failure first).
     pub(super) fn state_error(&self) -> Option<Error> {
-        self.node().start_error(&self.failure, self.net_error())
+        self.node()
+            .start_error(&self.failure, self.transport_error())
     }
 
     /// Mark failed (first reason wins) and raise every local abort word.
@@ -172,25 +173,15 @@ impl Drop for CudaShared {
         // comes leaks it instead. The NET proxy must keep running until
         // then too: our kernels may have finished with pieces still in
         // our staging FIFOs that a peer's kernel waits for.
-        if self.fifo.is_some() || self.net.is_some() {
-            let healthy = self.state_error().is_none()
+        let peers_idle = !self.transports.held_by_peers()
+            || (self.state_error().is_none()
                 && self
                     .mpi
                     .allgather_bytes_timeout(&[1], TEARDOWN_TIMEOUT)
-                    .is_ok();
-            if !healthy && self.fifo.is_some() {
-                tracing::warn!(
-                    rank = self.rank,
-                    "CUDA backend teardown: peers not confirmed idle; leaking the P2P block"
-                );
-                std::mem::forget(self.fifo.take());
-            }
-        }
-        // Stop the proxy and cancel its posted receives (it leaks the
-        // NET block if MPI might still write into it).
-        if let Some(n) = self.net.as_mut() {
-            let _ = n.stop();
-        }
+                    .is_ok());
+        // Then the proxy stops and cancels its posted receives (it leaks
+        // the NET block if MPI might still write into it).
+        self.transports.release(peers_idle, self.rank);
         self.store.clear();
         self.events.clear();
         self.graph_keep

@@ -1,8 +1,13 @@
-//! Submission of one launch: lower every call's plan, upload the tables,
-//! launch the kernels on our stream or the caller's, and hand back the
-//! [`CudaPending`] that completes it.
+//! Submission of one launch, in named phases: `open` (the stream, checked,
+//! and every call's plan lowered), `prepare` (the pending work, its events
+//! and the order across streams), `upload` (the step tables), `launch`
+//! (every kernel, copy and peer call) and `record` (the end event, the
+//! stream order, a captured graph's resources), as NCCL's launch has
+//! prepare, launch and finish. Each phase is one profile lap
+//! (`GPUCOLL_PROFILE_HOST=1`). The result is the [`CudaPending`] that
+//! completes it.
 
-use super::abi::FLAG_NOTIFY;
+use super::abi::{GcArgs, FLAG_NOTIFY};
 use super::cache::Resources;
 
 use super::driver::{self, CUstream, Capture};
@@ -17,9 +22,28 @@ use super::profile::Phase;
 use super::state::CudaShared;
 use crate::backend::Launch;
 use crate::buffer::MemoryKind;
+use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::tune::Algorithm;
 use std::sync::Arc;
+
+/// One submission between its phases.
+struct Submission {
+    /// The stream its work goes to.
+    stream: CUstream,
+    /// That stream is the caller's.
+    user: bool,
+    /// That stream is being captured into a CUDA graph.
+    captured: bool,
+    /// Allocations while a stream is captured must not invalidate it
+    /// (held until the submission ends).
+    _relaxed: Option<driver::RelaxedCapture>,
+    lowered: Lowered,
+    /// What the work reads and writes besides the callers' buffers.
+    res: Resources,
+    /// A group's launches, their tables uploaded together (`upload`).
+    group: Option<Vec<(Datatype, GcArgs, u32)>>,
+}
 
 impl CudaShared {
     /// The order of submissions across streams.
@@ -50,6 +74,34 @@ impl CudaShared {
             return Err(e);
         }
         let mut clock = self.profile.clock();
+        let mut sub = self.open(&launch)?;
+        self.profile.lap(&mut clock, Phase::Lower);
+        if blocking && !sub.user {
+            if let Some(p) = self.try_resident(&mut sub.lowered, &mut sub.res, launch.first_seq)? {
+                self.profile.lap(&mut clock, Phase::Launch);
+                return Ok(p);
+            }
+        }
+        // Anything else runs after the resident block left.
+        self.resident_quit();
+        let mut pending = self.prepare(&sub, blocking, launch.first_seq)?;
+        self.profile.lap(&mut clock, Phase::Prepare);
+        self.upload(&mut sub, launch.items.len() > 1)?;
+        pending.res = Some(std::mem::take(&mut sub.res));
+        self.profile.lap(&mut clock, Phase::Upload);
+        // SAFETY: the buffers stay valid until the work completed (our
+        // caller's contract).
+        unsafe { self.launch(&mut sub, blocking, &mut pending)? };
+        self.profile.lap(&mut clock, Phase::Launch);
+        self.record(&sub, &mut pending, launch.first_seq)?;
+        self.profile.lap(&mut clock, Phase::Record);
+        Ok(pending)
+    }
+
+    /// Open a submission: the stream its work goes to (a caller's stream
+    /// takes no host buffers; while it is captured, allocations are
+    /// relaxed) and every call lowered.
+    fn open(&self, launch: &Launch) -> Result<Submission> {
         bind(self.ctx.ordinal)?;
         let user = launch.stream.is_some();
         let stream: CUstream = match launch.stream {
@@ -57,27 +109,16 @@ impl CudaShared {
             None => self.stream.raw(),
         };
         let captured = user && stream_mode(&self.ctx, stream)? == Capture::Active;
-        // Allocations while a stream is captured must not invalidate it.
-        let _relaxed = if captured {
+        let relaxed = if captured {
             Some(driver::RelaxedCapture::enter()?)
         } else {
             None
         };
         if user {
-            for bp in &launch.items {
-                for b in [&bp.input, &bp.output] {
-                    if b.len > 0 && b.addr != 0 && b.memory == MemoryKind::Host {
-                        return Err(Error::WrongMemory(
-                            "work queued on a CUDA stream needs device memory of this \
-                             communicator's GPU (host buffers are staged with host waits)"
-                                .into(),
-                        ));
-                    }
-                }
-            }
+            refuse_host_buffers(launch)?;
         }
         let mut res = Resources::default();
-        let mut lowered = self.lower(&launch, &mut res)?;
+        let lowered = self.lower(launch, &mut res)?;
         if captured && !lowered.rail_jobs.is_empty() {
             // The proxy learns each rail step's datatype and op from a
             // queue filled per submission, which graph replays would skip.
@@ -87,21 +128,33 @@ impl CudaShared {
                     .into(),
             ));
         }
-        self.profile.lap(&mut clock, Phase::Lower);
-        if blocking && !user {
-            if let Some(p) = self.try_resident(&mut lowered, &mut res, launch.first_seq)? {
-                self.profile.lap(&mut clock, Phase::Launch);
-                return Ok(p);
-            }
-        }
-        // Anything else runs after the resident block left.
-        self.resident_quit();
+        Ok(Submission {
+            stream,
+            user,
+            captured,
+            _relaxed: relaxed,
+            lowered,
+            res,
+            group: None,
+        })
+    }
+
+    /// Prepare: the pending work with its completion event and, where the
+    /// work may wait behind other work, its start marker; and the order
+    /// after earlier work on other streams.
+    fn prepare(
+        self: &Arc<Self>,
+        sub: &Submission,
+        blocking: bool,
+        seq: u64,
+    ) -> Result<CudaPending> {
+        let (stream, user, captured) = (sub.stream, sub.user, sub.captured);
         let event = if blocking || captured {
             None
         } else {
             Some(self.events.take()?)
         };
-        let mut pending = CudaPending::new(self.clone(), event, launch.first_seq, stream as usize);
+        let mut pending = CudaPending::new(self.clone(), event, seq, stream as usize);
         if user && !captured {
             // The timeout clock starts when the caller's stream reaches our
             // work, not when it was queued behind the caller's own kernels.
@@ -117,140 +170,203 @@ impl CudaShared {
         if let Some(s) = &pending.started {
             driver::event_record(s.raw(), stream)?;
         }
-        self.profile.lap(&mut clock, Phase::Prepare);
-        let group = launch.items.len() > 1;
-        let group_launch = if group && lowered.step_items() > 1 {
-            Some(self.upload_group(
-                &lowered.steps,
-                &lowered.chans,
-                &lowered.items,
-                &mut res,
-                stream,
-                captured,
-            )?)
-        } else {
-            None
-        };
-        if group_launch.is_none() && !lowered.steps.is_empty() {
-            self.upload_steps(&mut lowered, &mut res, stream, captured)?;
+        Ok(pending)
+    }
+
+    /// Upload: the step tables ahead of the kernels, a `group`'s step
+    /// launches together.
+    fn upload(&self, sub: &mut Submission, group: bool) -> Result<()> {
+        let (stream, captured) = (sub.stream, sub.captured);
+        let l = &mut sub.lowered;
+        if group && l.step_items() > 1 {
+            let parts =
+                self.upload_group(&l.steps, &l.chans, &l.items, &mut sub.res, stream, captured)?;
+            sub.group = Some(parts);
+        } else if !l.steps.is_empty() {
+            self.upload_steps(l, &mut sub.res, stream, captured)?;
         }
-        pending.res = Some(res);
-        self.profile.lap(&mut clock, Phase::Upload);
+        Ok(())
+    }
+
+    /// Launch: the rail steps' jobs to NET's proxy, then every kernel, copy
+    /// and peer call. A blocking call on our own stream waits for its last
+    /// kernel by reading host memory: that kernel stores the pending
+    /// work's `done_tag` when all its blocks finished (`notify`; other
+    /// launches skip the store and its fences).
+    ///
+    /// # Safety
+    /// The buffers of every call stay valid until the work completed.
+    unsafe fn launch(
+        &self,
+        sub: &mut Submission,
+        blocking: bool,
+        pending: &mut CudaPending,
+    ) -> Result<()> {
+        let lowered = &mut sub.lowered;
         if !lowered.rail_jobs.is_empty() {
             // Before the kernels: the proxy needs each piece's job when the
             // piece appears.
-            let net = self.net.as_ref().ok_or_else(|| {
-                Error::Backend("rail steps on a backend without a NET proxy".into())
-            })?;
-            if group_launch.is_some() {
+            if sub.group.is_some() {
                 group_rail_order(&mut lowered.rail_jobs, &lowered.items);
             }
-            net.push_rail_jobs(&lowered.rail_jobs)?;
+            self.transports.push_rail_jobs(&lowered.rail_jobs)?;
         }
-        // A blocking call on our own stream waits for its last kernel by
-        // reading host memory: that kernel stores `done_tag` when all its
-        // blocks finished (`notify`; other launches skip the store and its
-        // fences).
-        let notify = blocking && !user;
-        let mut tag = None;
-        if let Some(parts) = group_launch {
-            let last = parts.len().saturating_sub(1);
-            for (k, (dtype, mut args, grid)) in parts.into_iter().enumerate() {
-                if notify && k == last {
-                    args.notify = 1;
-                    tag = Some(u64::from(args.seq) + 1);
-                }
-                // SAFETY: the tables `args` points to belong to this
-                // submission's work buffer (held by `pending` until
-                // completion, or kept for a captured graph); the buffers of
-                // every call stay valid until the work completed.
-                unsafe { launch::steps(&self.kernels, dtype, grid, args, stream)? };
-            }
-            lowered.items.clear();
+        let notify = blocking && !sub.user;
+        let items = std::mem::take(&mut lowered.items);
+        if let Some(parts) = sub.group.take() {
+            // SAFETY: as for this function.
+            pending.done_tag = unsafe { self.launch_group(parts, notify, sub.stream)? };
+            return Ok(());
         }
-        let last = lowered.items.len().saturating_sub(1);
+        let last = items.len().saturating_sub(1);
         // Set when a peer kernel ran: the fallback after it is skipped.
         let mut skip = false;
-        for (k, item) in lowered.items.into_iter().enumerate() {
+        for (k, item) in items.into_iter().enumerate() {
             if std::mem::take(&mut skip) {
                 continue;
             }
-            let tell = notify && k == last;
-            match item {
-                Item::Peer(call) => {
-                    // Its fallback is the next item: the last one, when
-                    // the peer kernel is the call's end.
-                    let tell = notify && k + 1 == last;
-                    skip = self.run_peer(&call, stream, captured, tell)?;
-                    if skip && tell {
-                        tag = Some(call.seq + 1);
-                    }
-                }
-                Item::Steps {
-                    nchans,
-                    mut args,
-                    dtype,
-                    ..
-                } => {
-                    if tell {
-                        args.notify = 1;
-                        tag = Some(u64::from(args.seq) + 1);
-                    }
-                    // SAFETY: every address in `args` stays valid until the
-                    // event recorded below completed (owned by `pending` or
-                    // by the backend).
-                    unsafe { launch::steps(&self.kernels, dtype, nchans as u32, args, stream)? };
-                }
-                Item::OneShot {
-                    mut args,
-                    dtype,
-                    grid,
-                    threads,
-                } => {
-                    if tell {
-                        args.flags |= FLAG_NOTIFY;
-                        tag = Some((args.meta >> 32) + 1);
-                    }
-                    // SAFETY: the buffers stay valid until the event below
-                    // completed, the one-shot areas for the backend's life.
-                    unsafe {
-                        launch::direct(&self.kernels, dtype, grid, threads, &mut args, stream)?
-                    };
-                }
-                Item::Local { copies, seq } => {
-                    for (dst, src, bytes) in copies {
-                        // SAFETY: both ranges lie in the call's buffers
-                        // (`local_copies` checked them), valid until the
-                        // work completed.
-                        unsafe { driver::memcpy_dtod_async(dst, src, bytes as usize, stream)? };
-                    }
-                    if tell {
-                        tag = Some(seq + 1);
-                        let done = self.target.status
-                            + std::mem::offset_of!(super::abi::GcChanStatus, done) as u64;
-                        // SAFETY: the status word lives in our control
-                        // segment, mapped for the backend's life.
-                        unsafe { driver::stream_write_u64(stream, done, seq + 1)? };
-                    }
-                }
-                Item::Copy(call) => {
-                    if tell {
-                        tag = Some(call.seq + 1);
-                    }
-                    let res = pending.res.get_or_insert_with(Resources::default);
-                    self.run_ce(&call, stream, captured, tell, res)?;
-                }
+            let tell = [notify && k == last, notify && k + 1 == last];
+            // SAFETY: as for this function.
+            let (tag, ran) = unsafe { self.launch_item(sub, item, tell, pending)? };
+            skip = ran;
+            if tag.is_some() {
+                pending.done_tag = tag;
             }
         }
-        self.profile.lap(&mut clock, Phase::Launch);
+        Ok(())
+    }
+
+    /// A group's step launches, the last one storing the done tag
+    /// (returned) if `notify`.
+    ///
+    /// # Safety
+    /// As [`launch`](Self::launch).
+    unsafe fn launch_group(
+        &self,
+        parts: Vec<(Datatype, GcArgs, u32)>,
+        notify: bool,
+        stream: CUstream,
+    ) -> Result<Option<u64>> {
+        let last = parts.len().saturating_sub(1);
+        let mut tag = None;
+        for (k, (dtype, mut args, grid)) in parts.into_iter().enumerate() {
+            if notify && k == last {
+                args.notify = 1;
+                tag = Some(u64::from(args.seq) + 1);
+            }
+            // SAFETY: the tables `args` points to belong to this
+            // submission's work buffer (held by `pending` until
+            // completion, or kept for a captured graph); the buffers of
+            // every call stay valid until the work completed.
+            unsafe { launch::steps(&self.kernels, dtype, grid, args, stream)? };
+        }
+        Ok(tag)
+    }
+
+    /// One item of a launch. `tell`: whether this item, or the one after
+    /// it, is the last (a peer kernel that runs makes the call's fallback,
+    /// the next item, skipped). Returns the done tag it stores, if it
+    /// does, and whether the next item is skipped.
+    ///
+    /// # Safety
+    /// As [`launch`](Self::launch).
+    unsafe fn launch_item(
+        &self,
+        sub: &Submission,
+        item: Item,
+        tell: [bool; 2],
+        pending: &mut CudaPending,
+    ) -> Result<(Option<u64>, bool)> {
+        let (stream, captured) = (sub.stream, sub.captured);
+        let [tell, tell_next] = tell;
+        match item {
+            Item::Peer(call) => {
+                let skip = self.run_peer(&call, stream, captured, tell_next)?;
+                Ok(((skip && tell_next).then_some(call.seq + 1), skip))
+            }
+            Item::Steps {
+                nchans,
+                mut args,
+                dtype,
+                ..
+            } => {
+                let tag = tell.then(|| {
+                    args.notify = 1;
+                    u64::from(args.seq) + 1
+                });
+                // SAFETY: every address in `args` stays valid until the
+                // event recorded by `record` completed (owned by `pending`
+                // or by the backend).
+                unsafe { launch::steps(&self.kernels, dtype, nchans as u32, args, stream)? };
+                Ok((tag, false))
+            }
+            Item::OneShot {
+                mut args,
+                dtype,
+                grid,
+                threads,
+            } => {
+                let tag = tell.then(|| {
+                    args.flags |= FLAG_NOTIFY;
+                    (args.meta >> 32) + 1
+                });
+                // SAFETY: the buffers stay valid until the event recorded by
+                // `record` completed, the one-shot areas for the backend's
+                // life.
+                unsafe { launch::direct(&self.kernels, dtype, grid, threads, &mut args, stream)? };
+                Ok((tag, false))
+            }
+            Item::Local { copies, seq } => {
+                // SAFETY: as for this function.
+                unsafe { self.launch_copies(&copies, seq, tell, stream)? };
+                Ok((tell.then_some(seq + 1), false))
+            }
+            Item::Copy(call) => {
+                let res = pending.res.get_or_insert_with(Resources::default);
+                self.run_ce(&call, stream, captured, tell, res)?;
+                Ok((tell.then_some(call.seq + 1), false))
+            }
+        }
+    }
+
+    /// A one-rank call's driver copies; the last call of a blocking launch
+    /// then stores its done tag (`seq + 1`) itself, as a kernel would.
+    ///
+    /// # Safety
+    /// As [`launch`](Self::launch).
+    unsafe fn launch_copies(
+        &self,
+        copies: &[(u64, u64, u64)],
+        seq: u64,
+        tell: bool,
+        stream: CUstream,
+    ) -> Result<()> {
+        for &(dst, src, bytes) in copies {
+            // SAFETY: both ranges lie in the call's buffers (`local_copies`
+            // checked them), valid until the work completed.
+            unsafe { driver::memcpy_dtod_async(dst, src, bytes as usize, stream)? };
+        }
+        if tell {
+            let done =
+                self.target.status + std::mem::offset_of!(super::abi::GcChanStatus, done) as u64;
+            // SAFETY: the status word lives in our control segment, mapped
+            // for the backend's life.
+            unsafe { driver::stream_write_u64(stream, done, seq + 1)? };
+        }
+        Ok(())
+    }
+
+    /// Record: the end event, the caller's stream as the last one used,
+    /// and, for a captured graph, what its kernels read kept for the
+    /// backend's life (the work is then done).
+    fn record(&self, sub: &Submission, pending: &mut CudaPending, seq: u64) -> Result<()> {
         if let Some(e) = &pending.event {
-            driver::event_record(e.raw(), stream)?;
+            driver::event_record(e.raw(), sub.stream)?;
         }
-        pending.done_tag = tag;
-        if user && !captured {
-            self.order().after(stream)?;
+        if sub.user && !sub.captured {
+            self.order().after(sub.stream)?;
         }
-        if captured {
+        if sub.captured {
             if let Some(r) = pending.res.take() {
                 self.graph_keep
                     .lock()
@@ -259,13 +375,12 @@ impl CudaShared {
             }
             tracing::debug!(
                 rank = self.rank,
-                seq = launch.first_seq,
+                seq,
                 "collective captured into a CUDA graph"
             );
             pending.done = Some(Ok(()));
         }
-        self.profile.lap(&mut clock, Phase::Record);
-        Ok(pending)
+        Ok(())
     }
 
     /// Post a blocking call that lowered to one one-shot to the resident
@@ -367,6 +482,23 @@ impl CudaShared {
         }
         Ok(lowered)
     }
+}
+
+/// Work on a caller's stream takes device memory only: staging host
+/// buffers needs host waits.
+fn refuse_host_buffers(launch: &Launch) -> Result<()> {
+    for bp in &launch.items {
+        for b in [&bp.input, &bp.output] {
+            if b.len > 0 && b.addr != 0 && b.memory == MemoryKind::Host {
+                return Err(Error::WrongMemory(
+                    "work queued on a CUDA stream needs device memory of this \
+                     communicator's GPU (host buffers are staged with host waits)"
+                        .into(),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Device scratch of `elems` elements of `esize` bytes, kept in `res`

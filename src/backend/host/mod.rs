@@ -417,6 +417,7 @@ impl HostBackend {
             inter,
             launch_us: links::HOST_LAUNCH_US,
             direct: false,
+            oneshot_max_bytes: crate::tune::model::ONESHOT_MAX_BYTES,
             collnet: topo.nnodes() > 1,
             rail,
             copy_engine: None,
@@ -511,6 +512,15 @@ impl Backend for HostBackend {
         if self.inner.mark_failed(format!("aborted: {reason}")) {
             tracing::warn!(rank = self.inner.rank, "host backend aborted: {reason}");
         }
+    }
+
+    fn peer_failure(&self) -> Option<Error> {
+        if let Some(e) = self.inner.node().peer_error() {
+            return Some(e);
+        }
+        let e = self.inner.liveness.dead()?;
+        self.inner.fail(&e);
+        Some(e)
     }
 }
 

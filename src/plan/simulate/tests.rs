@@ -34,6 +34,7 @@ fn caps(slot: u64, slots: u64) -> BackendCaps {
         },
         launch_us: 1.0,
         direct: true,
+        oneshot_max_bytes: crate::tune::model::ONESHOT_MAX_BYTES,
         collnet: false,
         rail: crate::tune::caps::links::MPI_RAIL,
         copy_engine: None,
@@ -57,9 +58,10 @@ fn expected<T: Elem>(c: &Case, n: usize, dtype: Datatype, mems: &[RankMem<T>]) -
     let count = c.count as usize;
     let red = Reduction::lower(c.op, dtype, n);
     let input = |r: usize, i: usize| T::gen(r, i as u64);
-    let reduce_at = |block: usize, i: usize| {
+    // The reduction of element `i` of `block` over ranks `0..upto`.
+    let reduce_upto = |block: usize, i: usize, upto: usize| {
         let mut acc: Option<T> = None;
-        for r in 0..n {
+        for r in 0..upto {
             let mut v = input(r, block * count + i);
             if let Some(s) = red.pre_scale {
                 v = v.scale(s);
@@ -75,6 +77,7 @@ fn expected<T: Elem>(c: &Case, n: usize, dtype: Datatype, mems: &[RankMem<T>]) -
         }
         v
     };
+    let reduce_at = |block: usize, i: usize| reduce_upto(block, i, n);
     (0..n)
         .map(|r| {
             let mut out = mems[r].output.clone();
@@ -97,6 +100,11 @@ fn expected<T: Elem>(c: &Case, n: usize, dtype: Datatype, mems: &[RankMem<T>]) -
                 CollKind::Gather => {}
                 CollKind::Scatter if root && c.in_place => {}
                 CollKind::Scatter => (0..count).for_each(|i| out[i] = input(c.root, r * count + i)),
+                CollKind::Scan => (0..count).for_each(|i| out[i] = reduce_upto(0, i, r + 1)),
+                // Rank 0's output keeps what it held (poison, or its input
+                // in place).
+                CollKind::ExclusiveScan if r == 0 => {}
+                CollKind::ExclusiveScan => (0..count).for_each(|i| out[i] = reduce_upto(0, i, r)),
             }
             out
         })
@@ -144,7 +152,9 @@ fn run<T: Elem>(c: &Case, dtype: Datatype) -> Result<(), String> {
                 | CollKind::Broadcast
                 | CollKind::ReduceScatter
                 | CollKind::AllToAll
-                | CollKind::Scatter => buf[..ilen].copy_from_slice(&input),
+                | CollKind::Scatter
+                | CollKind::Scan
+                | CollKind::ExclusiveScan => buf[..ilen].copy_from_slice(&input),
             }
             RankMem {
                 input: Vec::new(),
@@ -221,6 +231,23 @@ fn sweep(kind: CollKind, algos: &[Algorithm]) {
                         for &algo in algos {
                             let ops: Vec<(ReduceOp, bool)> = if !kind.reduces() {
                                 vec![(ReduceOp::Sum, false)]
+                            } else if kind.is_scan() {
+                                // Avg is refused for prefixes (coll/check.rs).
+                                if big {
+                                    vec![if (n + usize::from(in_place)) % 2 == 0 {
+                                        (ReduceOp::Prod, false)
+                                    } else {
+                                        (ReduceOp::PreMulSum(2.0), true)
+                                    }]
+                                } else {
+                                    vec![
+                                        (ReduceOp::Sum, false),
+                                        (ReduceOp::Max, false),
+                                        (ReduceOp::Prod, false),
+                                        (ReduceOp::PreMulSum(2.0), true),
+                                        (ReduceOp::PreMulSum(-3.0), false),
+                                    ]
+                                }
                             } else if big {
                                 // One op per case, alternating.
                                 if (n + usize::from(in_place)) % 2 == 0 {
@@ -375,6 +402,88 @@ fn gather() {
 #[test]
 fn scatter() {
     sweep(CollKind::Scatter, &[Algorithm::Pairwise]);
+}
+
+#[test]
+fn scan() {
+    sweep(
+        CollKind::Scan,
+        &[Algorithm::Ring, Algorithm::OneShot, Algorithm::Tree],
+    );
+}
+
+#[test]
+fn exclusive_scan() {
+    sweep(
+        CollKind::ExclusiveScan,
+        &[Algorithm::Ring, Algorithm::OneShot, Algorithm::Pairwise],
+    );
+}
+
+/// The chain's cost: exclusive_scan moves at most twice scan's messages,
+/// rank 0 of exclusive_scan never writes its output, and in place rank 0
+/// of an unscaled scan writes nothing either.
+#[test]
+fn scan_chains_move_what_they_must() {
+    let topo = Topology::single_node(0, 5);
+    let g = Graph::new(&topo);
+    let choice = Choice {
+        algorithm: Algorithm::Ring,
+        protocol: Protocol::Simple,
+        nchannels: 2,
+        chunk_bytes: 64,
+    };
+    let c = caps(32, 4);
+    let steps = |kind, rank: usize, in_place, op| {
+        let t = Task {
+            kind,
+            dtype: Datatype::I64,
+            op,
+            count: 100,
+            root: 0,
+            in_place,
+        };
+        build(&t, &topo.as_rank(rank), &g, &choice, &c)
+            .channels
+            .into_iter()
+            .flat_map(|cw| cw.steps)
+            .map(|s| match s {
+                Step::Flow(f) => f,
+                other => panic!("not a flow: {other:?}"),
+            })
+            .collect::<Vec<Flow>>()
+    };
+    let sent = |fl: &[Flow]| {
+        fl.iter()
+            .filter(|f| !f.send.is_empty())
+            .map(|f| f.count)
+            .sum::<u64>()
+    };
+    for r in 0..5 {
+        let scan = steps(CollKind::Scan, r, false, ReduceOp::Sum);
+        let ex = steps(CollKind::ExclusiveScan, r, false, ReduceOp::Sum);
+        // scan: P_r once; exclusive_scan: x_r, then P_r (rank 0: x_0 only).
+        let (want, want_ex) = match r {
+            0 => (100, 100),
+            4 => (0, 0),
+            _ => (100, 200),
+        };
+        assert_eq!(sent(&scan), want, "rank {r}");
+        assert_eq!(sent(&ex), want_ex, "rank {r}");
+        for f in scan.iter().chain(&ex) {
+            assert!(f.recv.iter().all(|p| p + 1 == r) && f.send.iter().all(|p| p == r + 1));
+        }
+    }
+    assert!(steps(CollKind::ExclusiveScan, 0, false, ReduceOp::Sum)
+        .iter()
+        .chain(&steps(CollKind::ExclusiveScan, 0, true, ReduceOp::Sum))
+        .all(|f| f.dst.is_none()));
+    assert!(steps(CollKind::Scan, 0, true, ReduceOp::Sum)
+        .iter()
+        .all(|f| f.dst.is_none()));
+    assert!(steps(CollKind::Scan, 0, true, ReduceOp::PreMulSum(2.0))
+        .iter()
+        .all(|f| f.dst.is_some()));
 }
 
 #[test]

@@ -22,6 +22,7 @@ fn caps(direct: bool) -> BackendCaps {
         },
         launch_us: 4.0,
         direct,
+        oneshot_max_bytes: model::ONESHOT_MAX_BYTES,
         collnet: true,
         rail: crate::tune::caps::links::MPI_RAIL,
         copy_engine: None,
@@ -136,7 +137,9 @@ fn deterministic_and_valid() {
                         CollKind::Reduce
                         | CollKind::Broadcast
                         | CollKind::AllGather
-                        | CollKind::ReduceScatter => assert_eq!(ch.algorithm, Algorithm::Ring),
+                        | CollKind::ReduceScatter
+                        | CollKind::Scan
+                        | CollKind::ExclusiveScan => assert_eq!(ch.algorithm, Algorithm::Ring),
                     }
                 }
             }
@@ -428,6 +431,7 @@ fn net_choices_follow_the_measured_crossover() {
         },
         launch_us: crate::tune::caps::links::CUDA_LAUNCH_US,
         direct: false,
+        oneshot_max_bytes: crate::tune::model::ONESHOT_MAX_BYTES,
         collnet: true,
         rail: LinkCost {
             latency_us: 2.582 + bridge,
@@ -447,5 +451,77 @@ fn net_choices_follow_the_measured_crossover() {
             "{bytes} B: {:?}",
             algo(bytes)
         );
+    }
+}
+
+/// scan and exclusive_scan have one algorithm, the chain: at every size,
+/// on one node or several, forced or not, in a group or not, and channels
+/// grow with the size as for every collective.
+#[test]
+fn scans_always_run_their_chain() {
+    let sizes = [1u64, 1000, 1 << 16, 1 << 20, 1 << 26];
+    for topo in [Topology::single_node(0, 4), multi_node()] {
+        for direct in [false, true] {
+            for algo in [
+                None,
+                Some(Algorithm::OneShot),
+                Some(Algorithm::Tree),
+                Some(Algorithm::Pairwise),
+            ] {
+                let cfg = Config {
+                    algo,
+                    ..Config::default()
+                };
+                let t = Tuner::new(&topo, &caps(direct), &cfg);
+                for kind in [CollKind::Scan, CollKind::ExclusiveScan] {
+                    for grouped in [false, true] {
+                        let chosen: Vec<Choice> = sizes
+                            .iter()
+                            .map(|&n| t.choose_in(&task(kind, n), grouped))
+                            .collect();
+                        for c in &chosen {
+                            assert_eq!(c.algorithm, Algorithm::Ring, "{kind:?} {algo:?}");
+                        }
+                        assert_eq!(chosen[0].nchannels, 1);
+                        assert!(chosen[4].nchannels > 1, "{kind:?}");
+                    }
+                }
+            }
+        }
+    }
+    // The model: exclusive_scan moves twice scan's bytes over each link.
+    let shape = model::Shape {
+        nranks: 4,
+        nnodes: 1,
+        ppn: 4,
+        uniform: true,
+    };
+    let est = |kind, bytes| {
+        model::estimate_us(
+            kind,
+            Algorithm::Ring,
+            Protocol::Simple,
+            1,
+            bytes,
+            &shape,
+            &caps(true),
+        )
+        .expect("the chain is priced")
+    };
+    let big = 1e9;
+    assert!(est(CollKind::ExclusiveScan, big) > 1.9 * est(CollKind::Scan, big));
+    assert!(est(CollKind::Scan, 8.0) < est(CollKind::Scan, big));
+    for kind in [CollKind::Scan, CollKind::ExclusiveScan] {
+        for a in [
+            Algorithm::OneShot,
+            Algorithm::Tree,
+            Algorithm::Pairwise,
+            Algorithm::CopyEngine,
+        ] {
+            assert_eq!(
+                model::estimate_us(kind, a, Protocol::Simple, 1, 8.0, &shape, &caps(true)),
+                None
+            );
+        }
     }
 }

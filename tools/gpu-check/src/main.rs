@@ -9,10 +9,11 @@
 //! backend) and one group launch mixes datatypes. `--perf` then times
 //! collectives.
 //!
-//! `--stage raw|graph|timeout|mismatch|dead_peer|churn|ce_churn|register|registered|ce_mixed|soak|oom|interop|memkinds|threads|vmm` runs one stage on the public API instead:
+//! `--stage raw|graph|timeout|mismatch|dead_peer|churn|ce_churn|register|registered|ce_mixed|soak|oom|interop|memkinds|threads|vmm|p2p` runs one stage on the public API instead:
 //! raw pointers on callers' streams, CUDA-graph capture and replay, a
 //! forced timeout, cudarc slices and streams (`interop`), the kernels on
-//! registered peers' buffers (`registered`, with `GPUCOLL_REGISTERED=1`).
+//! registered peers' buffers (`registered`, with `GPUCOLL_REGISTERED=1`),
+//! point-to-point messages on every kind of memory (`p2p`).
 //!
 //! ```text
 //! cargo build --release -p gpucoll-gpu-check

@@ -88,6 +88,30 @@ pub(crate) unsafe fn memcpy_dtod_async(
     )
 }
 
+/// Queue a copy of `bytes` from `src` to `dst` on `s`, whatever memory
+/// each lies in (unified addressing: device, pinned or pageable host
+/// memory, a peer's mapped allocation). From or to pageable host memory
+/// the driver stages the bytes and may return only once it has.
+///
+/// # Safety
+/// Both ranges are addressable in this context for `bytes` and stay so
+/// until `s` completed the copy; nothing else writes `dst` meanwhile.
+pub(crate) unsafe fn memcpy_async(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    bytes: usize,
+    s: CUstream,
+) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    // SAFETY: the caller guarantees both ranges for the copy's lifetime.
+    check(
+        unsafe { sys::cuMemcpyAsync(dst, src, bytes, s) },
+        "cuMemcpyAsync",
+    )
+}
+
 /// The allocation holding a device address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Allocation {

@@ -1,6 +1,7 @@
 //! CPU tests of plan lowering (no driver calls).
 
 use super::*;
+use crate::backend::cuda::layout::ONESHOT_LL_MAX_BYTES;
 use crate::op::ReduceOp;
 use crate::plan::{ChannelWork, Flow, Peers};
 
@@ -11,6 +12,7 @@ fn layout(nranks: u64, direct: bool) -> Layout {
         slots: 8,
         slot_bytes: 64 << 10,
         direct,
+        oneshot_bytes: ONESHOT_MAX_BYTES,
     }
 }
 
@@ -76,6 +78,7 @@ fn planned(kind: CollKind, algorithm: Algorithm, count: u64, rank: usize, nranks
         inter: link,
         launch_us: 1.0,
         direct: true,
+        oneshot_max_bytes: crate::tune::model::ONESHOT_MAX_BYTES,
         collnet: false,
         rail: crate::tune::caps::links::MPI_RAIL,
         copy_engine: None,
@@ -303,6 +306,52 @@ fn planned_ring_lowers_within_buffers_and_peers() {
             }
         }
     }
+}
+
+/// scan and exclusive_scan lower to plain step tables: a chain in rank
+/// order (peers r-1 and r+1 only), no one-shot, no accumulating flow;
+/// exclusive_scan never writes rank 0's output.
+#[test]
+fn scans_lower_to_a_chain_of_steps() {
+    let n = 4;
+    for kind in [CollKind::Scan, CollKind::ExclusiveScan] {
+        for rank in 0..n {
+            let t = target(rank, n, true);
+            for algo in [Algorithm::Ring, Algorithm::OneShot, Algorithm::Tree] {
+                let p = planned(kind, algo, 100_003, rank, n);
+                assert_eq!(p.algorithm, Algorithm::Ring, "{}", kind.name());
+                assert!(!runs_as_oneshot(&p, false, true, 1).unwrap());
+                let mut out = Lowered::default();
+                t.lower_steps(&p, [IN, OUT, Mem::default()], 5, false, &mut out)
+                    .unwrap();
+                assert_eq!(out.items.len(), 1, "{} rank {rank}", kind.name());
+                assert!(matches!(out.items[0], Item::Steps { .. }));
+                for s in &out.steps {
+                    assert_eq!(s.kind, STEP_FLOW);
+                    for &q in s.recv.iter().take(s.nrecv as usize) {
+                        assert_eq!(q as usize + 1, rank);
+                    }
+                    for &q in s.send.iter().take(s.nsend as usize) {
+                        assert_eq!(q as usize, rank + 1);
+                    }
+                    if kind == CollKind::ExclusiveScan && rank == 0 {
+                        assert_eq!(s.dst, 0, "rank 0's output stays untouched");
+                    }
+                }
+                let sends = out.steps.iter().filter(|s| s.nsend > 0).count();
+                let recvs = out.steps.iter().filter(|s| s.nrecv > 0).count();
+                // Per chunk: one message each way (scan), two (exclusive_scan).
+                let per = if kind == CollKind::Scan { 1 } else { 2 };
+                let chunks = out.steps.len().max(1);
+                assert!(sends > 0 || rank == n - 1);
+                assert!(recvs > 0 || rank == 0);
+                assert!(sends <= per * chunks && recvs <= per * chunks);
+            }
+        }
+    }
+    // A one-shot plan of a scan (never built) is refused, not run.
+    let p = plan(CollKind::Scan, Algorithm::OneShot, 64, Vec::new());
+    assert!(target(0, 2, true).oneshot(&p, IN, OUT, 1).is_err());
 }
 
 #[test]
@@ -561,7 +610,9 @@ fn oneshot_of_the_other_collectives_sizes_its_segments() {
                 CollKind::AllReduce
                 | CollKind::AllGather
                 | CollKind::ReduceScatter
-                | CollKind::AllToAll => unreachable!("not rooted"),
+                | CollKind::AllToAll
+                | CollKind::Scan
+                | CollKind::ExclusiveScan => unreachable!("not rooted"),
             };
             let mut p = plan(kind, Algorithm::OneShot, count, Vec::new());
             p.task.root = root;
@@ -580,7 +631,10 @@ fn oneshot_of_the_other_collectives_sizes_its_segments() {
             let Item::OneShot { args, .. } = t.oneshot(&p, bufs.0, bufs.1, 3).unwrap() else {
                 panic!("not a one-shot item");
             };
-            assert_eq!((args.flags >> ONESHOT_KIND_SHIFT) & 15, oneshot_kind(kind));
+            assert_eq!(
+                Some((args.flags >> ONESHOT_KIND_SHIFT) & 15),
+                oneshot_kind(kind)
+            );
             assert_eq!(
                 (args.flags >> ONESHOT_ROOT_SHIFT) & 15,
                 root as u32,
@@ -604,13 +658,18 @@ fn one_rank_plans_become_plain_copies() {
     for kind in CollKind::ALL {
         let p = planned(kind, Algorithm::Ring, 300_000, 0, 1);
         let copies = local_copies(&p, IN, OUT);
-        assert_eq!(
-            copies,
-            Some(vec![(OUT.addr, IN.addr, 300_000 * 4)]),
-            "{}",
-            kind.name()
-        );
+        // exclusive_scan's only rank has no prefix: nothing at all runs.
+        let want =
+            (kind != CollKind::ExclusiveScan).then(|| vec![(OUT.addr, IN.addr, 300_000 * 4)]);
+        assert_eq!(copies, want, "{}", kind.name());
     }
+    let exscan = planned(CollKind::ExclusiveScan, Algorithm::Ring, 1000, 0, 1);
+    assert!(exscan.channels.is_empty());
+    let mut out = Lowered::default();
+    target(0, 1, false)
+        .lower_steps(&exscan, [IN, OUT, Mem::default()], 2, false, &mut out)
+        .unwrap();
+    assert!(out.items.is_empty() && out.steps.is_empty());
     // A pre-scale other than 1 (premulsum) needs the kernel.
     let mut p = planned(CollKind::AllReduce, Algorithm::Ring, 1000, 0, 1);
     p.reduction.pre_scale = Some(0.5);

@@ -138,6 +138,27 @@ fn peer_cred(fd: &OwnedFd) -> Result<Cred> {
     })
 }
 
+/// `bind` or `connect`: a socket call taking an address.
+type AddressCall =
+    unsafe extern "C" fn(libc::c_int, *const libc::sockaddr, libc::socklen_t) -> libc::c_int;
+
+/// A new socket and `op` on it with `nonce`'s address: the socket and the
+/// call's result (errno tells the failure).
+fn socket_at(nonce: u128, op: AddressCall) -> Result<(OwnedFd, libc::c_int)> {
+    let fd = new_socket()?;
+    let (a, len) = address(nonce);
+    // SAFETY: `a` is a valid address of `len` bytes, which `op` (bind or
+    // connect) only reads, on a socket of ours.
+    let r = unsafe {
+        op(
+            fd.as_raw_fd(),
+            &a as *const libc::sockaddr_un as *const libc::sockaddr,
+            len,
+        )
+    };
+    Ok((fd, r))
+}
+
 /// A listening socket, bound under a random name until dropped.
 #[derive(Debug)]
 pub(crate) struct Listener {
@@ -147,16 +168,7 @@ pub(crate) struct Listener {
 impl Listener {
     /// Bind and listen under `nonce`'s name; None when the name is taken.
     pub(crate) fn bind(nonce: u128) -> Result<Option<Listener>> {
-        let fd = new_socket()?;
-        let (a, len) = address(nonce);
-        // SAFETY: `a` is a valid address of `len` bytes.
-        let r = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                &a as *const libc::sockaddr_un as *const libc::sockaddr,
-                len,
-            )
-        };
+        let (fd, r) = socket_at(nonce, libc::bind)?;
         if r != 0 {
             return match errno() {
                 Some(libc::EADDRINUSE) => Ok(None),
@@ -201,16 +213,7 @@ impl Listener {
 /// Connect to the listener named after `nonce`; None while its queue is
 /// full (try again).
 pub(crate) fn connect(nonce: u128) -> Result<Option<Conn>> {
-    let fd = new_socket()?;
-    let (a, len) = address(nonce);
-    // SAFETY: `a` is a valid address of `len` bytes.
-    let r = unsafe {
-        libc::connect(
-            fd.as_raw_fd(),
-            &a as *const libc::sockaddr_un as *const libc::sockaddr,
-            len,
-        )
-    };
+    let (fd, r) = socket_at(nonce, libc::connect)?;
     if r != 0 {
         return match errno() {
             Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(None),

@@ -2,8 +2,8 @@
 //! where they lie, without FIFOs. Exporting and importing allocations
 //! (`registry.rs`, `register.rs`, `vmm.rs`, `fdpass.rs`), the per-call
 //! rendezvous that names them (`board.rs`), the peer kernels on registered
-//! buffers (`peer.rs`), and the copy-engine collectives (`schedule.rs`,
-//! `run.rs`).
+//! buffers (`peer.rs`), the copy-engine collectives (`schedule.rs`,
+//! `run.rs`), and the device side of point-to-point messages (`p2p.rs`).
 //!
 //! Copy-engine collectives: all_gather, all_to_all, broadcast, gather and
 //! scatter on one node with every peer mapped, moved by the GPU's DMA
@@ -61,6 +61,7 @@
 mod board;
 mod fdmesh;
 mod fdpass;
+mod p2p;
 mod peer;
 mod register;
 mod registry;
@@ -72,6 +73,7 @@ use super::handles::{Event, Stream};
 use crate::config::RegisteredMode;
 pub(super) use board::MAX_RANKS;
 pub(super) use fdmesh::FdMesh;
+pub(crate) use p2p::PeerMoves;
 use registry::Registry;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::Mutex;

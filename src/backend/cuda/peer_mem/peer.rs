@@ -62,9 +62,12 @@ fn shared(kind: CollKind, p: usize, root: usize) -> (bool, bool) {
         CollKind::AllGather => (false, true),
         CollKind::Broadcast => (false, p != root),
         // No peer kernel runs these (`peer_candidate`).
-        CollKind::Reduce | CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => {
-            (false, false)
-        }
+        CollKind::Reduce
+        | CollKind::AllToAll
+        | CollKind::Gather
+        | CollKind::Scatter
+        | CollKind::Scan
+        | CollKind::ExclusiveScan => (false, false),
     }
 }
 
@@ -78,9 +81,12 @@ fn touches(kind: CollKind, n: usize, me: usize, root: usize) -> (Vec<usize>, Vec
             (others.clone(), others)
         }
         // No peer kernel runs these (`peer_candidate`).
-        CollKind::Reduce | CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => {
-            (Vec::new(), Vec::new())
-        }
+        CollKind::Reduce
+        | CollKind::AllToAll
+        | CollKind::Gather
+        | CollKind::Scatter
+        | CollKind::Scan
+        | CollKind::ExclusiveScan => (Vec::new(), Vec::new()),
     }
 }
 
@@ -265,7 +271,12 @@ impl CudaShared {
             CollKind::Broadcast if me != call.root => 0,
             CollKind::Broadcast | CollKind::ReduceScatter | CollKind::AllGather => call.count,
             // No peer kernel runs these (`peer_candidate`).
-            CollKind::Reduce | CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => 0,
+            CollKind::Reduce
+            | CollKind::AllToAll
+            | CollKind::Gather
+            | CollKind::Scatter
+            | CollKind::Scan
+            | CollKind::ExclusiveScan => 0,
         } * es;
         if moved > 0 {
             // SAFETY: our buffers stay valid until the work completed
@@ -309,7 +320,8 @@ impl CudaShared {
 
     /// The collective, op and scaling of `call` in `args`.
     fn fill_kernel_args(&self, call: &PeerCall, args: &mut GcPeerArgs) -> Result<()> {
-        let kind = oneshot_kind(call.kind);
+        let kind = oneshot_kind(call.kind)
+            .ok_or_else(|| Error::Backend(format!("no peer kernel runs {}", call.kind.name())))?;
         let red = call.reduction;
         let reduces = reduces(call.kind);
         let mut flags = kind << ONESHOT_KIND_SHIFT | (call.root as u32) << ONESHOT_ROOT_SHIFT;

@@ -133,7 +133,11 @@ pub(crate) fn schedule(
             }
         }
         // Reductions never reach the copy engines (the tuner's rule).
-        CollKind::AllReduce | CollKind::Reduce | CollKind::ReduceScatter => {}
+        CollKind::AllReduce
+        | CollKind::Reduce
+        | CollKind::ReduceScatter
+        | CollKind::Scan
+        | CollKind::ExclusiveScan => {}
     }
     s
 }
@@ -275,7 +279,11 @@ mod tests {
                     .collect();
                 (inputs, vec![vec![0xEE; b]; n], want)
             }
-            CollKind::AllReduce | CollKind::Reduce | CollKind::ReduceScatter => {
+            CollKind::AllReduce
+            | CollKind::Reduce
+            | CollKind::ReduceScatter
+            | CollKind::Scan
+            | CollKind::ExclusiveScan => {
                 panic!("{kind:?} does not run on copy engines")
             }
         };

@@ -711,3 +711,110 @@ fn out_of_bounds_regions_are_rejected() {
         Ok(other) => panic!("expected a plan error, got {other:?}"),
     }
 }
+
+/// scan and exclusive_scan as the planner builds them (the rank-order
+/// chain), run by the interpreter on 1 to 5 threads: both channels, FIFOs
+/// of a few slots, in place and not, a scaled op.
+#[test]
+fn planned_scans_run_the_chain() {
+    use crate::graph::Graph;
+    use crate::plan::build;
+    use crate::topo::Topology;
+    use crate::tune::caps::{BackendCaps, LinkCost};
+    use crate::tune::Choice;
+    let slot = 64usize;
+    let link = LinkCost {
+        latency_us: 1.0,
+        bandwidth_gbs: 1.0,
+    };
+    let caps = BackendCaps {
+        protocols: vec![Protocol::Simple],
+        oneshot_protocols: Vec::new(),
+        max_channels: 2,
+        slot_bytes: slot as u64,
+        fifo_slots: fifo::FIFO_SLOTS as u64,
+        intra: link,
+        inter: link,
+        launch_us: 1.0,
+        direct: false,
+        oneshot_max_bytes: 0,
+        collnet: false,
+        rail: crate::tune::caps::links::MPI_RAIL,
+        copy_engine: None,
+    };
+    for kind in [CollKind::Scan, CollKind::ExclusiveScan] {
+        for n in 1..=5usize {
+            for (count, op) in [
+                (0u64, ReduceOp::Sum),
+                (1, ReduceOp::Max),
+                (97, ReduceOp::Sum),
+                (1031, ReduceOp::PreMulSum(-2.0)),
+                (700, ReduceOp::BitXor),
+            ] {
+                for in_place in [false, true] {
+                    let topo = Topology::single_node(0, n);
+                    let graph = Graph::new(&topo);
+                    let choice = Choice {
+                        algorithm: Algorithm::Ring,
+                        protocol: Protocol::Simple,
+                        nchannels: 2,
+                        chunk_bytes: 4 * slot as u64,
+                    };
+                    let task = Task {
+                        kind,
+                        dtype: Datatype::I64,
+                        op,
+                        count,
+                        root: 0,
+                        in_place,
+                    };
+                    let inputs: Vec<Vec<i64>> = (0..n)
+                        .map(|r| {
+                            (0..count as i64)
+                                .map(|i| (i * 7 + r as i64 * 13) % 19 - 9)
+                                .collect()
+                        })
+                        .collect();
+                    let w = World::new(n, slot);
+                    let results = run_ranks(
+                        &w,
+                        Duration::from_secs(20),
+                        n % 2 == 0,
+                        &inputs,
+                        count as usize,
+                        in_place,
+                        |_| 4,
+                        |r| Arc::new(build(&task, &topo.as_rank(r), &graph, &choice, &caps)),
+                    );
+                    let red = Reduction::lower(op, Datatype::I64, n);
+                    let scale = red.pre_scale.map_or(1, |s| s as i64);
+                    let fold = |upto: usize, i: usize| {
+                        (0..upto).map(|r| inputs[r][i].wrapping_mul(scale)).reduce(
+                            |a, b| match op {
+                                ReduceOp::Max => a.max(b),
+                                ReduceOp::BitXor => a ^ b,
+                                _ => a.wrapping_add(b),
+                            },
+                        )
+                    };
+                    for (r, (res, out)) in results.into_iter().enumerate() {
+                        res.unwrap_or_else(|e| panic!("{kind:?} n={n} rank {r}: {e}"));
+                        let upto = if kind == CollKind::Scan { r + 1 } else { r };
+                        let want: Vec<i64> = (0..count as usize)
+                            .map(|i| match fold(upto, i) {
+                                Some(v) => v,
+                                // rank 0 of exclusive_scan: never written
+                                None if in_place => inputs[r][i],
+                                None => 0,
+                            })
+                            .collect();
+                        assert_eq!(
+                            out, want,
+                            "{kind:?} n={n} rank {r} count={count} op={op} in_place={in_place}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

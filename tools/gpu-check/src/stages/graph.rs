@@ -7,8 +7,9 @@ use gpucoll::{CollKind, Communicator, CudaStream, Datatype, DeviceBuffer, Reduce
 use std::fmt::Write as _;
 
 /// (b) capture all_reduce (1 MiB: direct one-shot; 64 MiB: ring),
-/// all_gather and reduce_scatter into a CUDA graph, replay it 5 times
-/// with new inputs each time, interleaved with eager calls.
+/// all_gather, reduce_scatter and exclusive_scan (its chain of steps) into
+/// a CUDA graph, replay it 5 times with new inputs each time, interleaved
+/// with eager calls.
 pub(crate) fn stage_graph(world: &Communicator, log: &mut String) -> gpucoll::Result<usize> {
     let (rank, n) = (world.rank(), world.size());
     let gpu = world.device().ok_or_else(|| {
@@ -25,6 +26,8 @@ pub(crate) fn stage_graph(world: &Communicator, log: &mut String) -> gpucoll::Re
     let (a2, o2) = (z(c2)?, z(c2)?);
     let (ga, go) = (z(cg)?, z(cg * nn)?);
     let (ra, ro) = (z(cr * nn)?, z(cr)?);
+    let cx = 100_003u64;
+    let (xa, xo) = (z(cx)?, z(cx)?);
     let fill = |b: &mut DeviceBuffer<f32>, len: u64, it: u64| {
         let v: Vec<f32> = (0..len).map(|j| gv(rank, j, it)).collect();
         b.copy_from_host(&v)
@@ -42,11 +45,12 @@ pub(crate) fn stage_graph(world: &Communicator, log: &mut String) -> gpucoll::Re
             .and_then(|_| world.all_reduce_raw(vp(&a2), vp(&o2), c2, dt, sum, s))
             .and_then(|_| world.all_gather_raw(vp(&ga), vp(&go), cg, dt, s))
             .and_then(|_| world.reduce_scatter_block_raw(vp(&ra), vp(&ro), cr, dt, sum, s))
+            .and_then(|_| world.exclusive_scan_raw(vp(&xa), vp(&xo), cx, dt, sum, s))
     };
     let graph = stream.end_capture();
     captured?;
     let graph = graph?;
-    let (mut a1, mut a2, mut ga, mut ra) = (a1, a2, ga, ra);
+    let (mut a1, mut a2, mut ga, mut ra, mut xa) = (a1, a2, ga, ra, xa);
     let check = |what: &str,
                  out: &DeviceBuffer<f32>,
                  want: &dyn Fn(u64) -> f32,
@@ -78,6 +82,7 @@ pub(crate) fn stage_graph(world: &Communicator, log: &mut String) -> gpucoll::Re
         fill(&mut a2, c2, it)?;
         fill(&mut ga, cg, it)?;
         fill(&mut ra, cr * nn, it)?;
+        fill(&mut xa, cx, it)?;
         graph.launch(&stream)?;
         stream.synchronize()?;
         let all = |j: u64| (0..n).map(|r| gv(r, j, it)).sum::<f32>();
@@ -93,6 +98,13 @@ pub(crate) fn stage_graph(world: &Communicator, log: &mut String) -> gpucoll::Re
             &format!("replay {it} reduce_scatter"),
             &ro,
             &|j| all(rank as u64 * cr + j),
+            log,
+        )?;
+        // Rank 0's output is never written: it stays zero.
+        fails += check(
+            &format!("replay {it} exclusive_scan"),
+            &xo,
+            &|j| (0..rank).map(|r| gv(r, j, it)).sum::<f32>(),
             log,
         )?;
         // Eager calls between replays: blocking typed, then on the stream.

@@ -1,5 +1,6 @@
 //! `--stage interop`: the public API on cudarc's memory (gpucoll feature
-//! `cudarc`). Every collective, out of place and in place, queued on a
+//! `cudarc`). Every collective, out of place and in place (scan and
+//! exclusive_scan included), queued on a
 //! cudarc stream (`world.on_stream`), then blocking calls taking
 //! `CudaSlice`/`CudaView` directly after cudarc work on another stream;
 //! sizes 1, a prime and 1 Mi elements; every element compared with the
@@ -106,6 +107,35 @@ impl Ctx<'_> {
             .flat_map(|s| (0..n).map(move |j| gv(s, rank as u64 * n + j, 3)))
             .collect();
         self.check(&format!("all_to_all n={n}"), &out, &want, log)?;
+
+        // scan and exclusive_scan, out of place and in place (rank 0's
+        // exclusive prefix is never written: it keeps -1, or its input)
+        let prefix = |j: u64, upto: usize| (0..upto).map(|r| gv(r, j, 9)).sum::<f32>();
+        let send = self.up(&mine(9, n))?;
+        let mut out = self.up(&vec![-1.0; nu])?;
+        on.scan_into(&send, &mut out, ReduceOp::Sum)?;
+        let mut inplace = self.up(&mine(9, n))?;
+        on.scan_in_place(&mut inplace, ReduceOp::Sum)?;
+        let want: Vec<f32> = (0..n).map(|j| prefix(j, rank + 1)).collect();
+        self.check(&format!("scan n={n}"), &out, &want, log)?;
+        self.check(&format!("scan in place n={n}"), &inplace, &want, log)?;
+        let mut out = self.up(&vec![-1.0; nu])?;
+        on.exclusive_scan_into(&send, &mut out, ReduceOp::Sum)?;
+        let mut inplace = self.up(&mine(9, n))?;
+        on.exclusive_scan_in_place(&mut inplace, ReduceOp::Sum)?;
+        let (want, want_ip): (Vec<f32>, Vec<f32>) = if rank == 0 {
+            (vec![-1.0; nu], mine(9, n))
+        } else {
+            let w: Vec<f32> = (0..n).map(|j| prefix(j, rank)).collect();
+            (w.clone(), w)
+        };
+        self.check(&format!("exclusive_scan n={n}"), &out, &want, log)?;
+        self.check(
+            &format!("exclusive_scan in place n={n}"),
+            &inplace,
+            &want_ip,
+            log,
+        )?;
 
         // rooted: broadcast, reduce, gather, scatter
         let p = on.process_at_rank(root);

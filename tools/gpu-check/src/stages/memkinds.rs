@@ -37,7 +37,7 @@ fn ck(r: sys::CUresult, what: &str) -> Result<()> {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Kind {
+pub(crate) enum Kind {
     Block,
     SubRange,
     Managed,
@@ -49,7 +49,7 @@ enum Kind {
 }
 
 impl Kind {
-    const ALL: [Kind; 8] = [
+    pub(crate) const ALL: [Kind; 8] = [
         Kind::Block,
         Kind::SubRange,
         Kind::Managed,
@@ -60,7 +60,7 @@ impl Kind {
         Kind::HostReg,
     ];
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Block => "block",
             Kind::SubRange => "subrange",
@@ -73,7 +73,7 @@ impl Kind {
         }
     }
 
-    fn host(self) -> bool {
+    pub(crate) fn host(self) -> bool {
         matches!(self, Kind::Pinned | Kind::HostReg)
     }
 }
@@ -138,7 +138,7 @@ impl Drop for Mem {
 }
 
 /// Allocations of every kind on one GPU.
-struct Arena {
+pub(crate) struct Arena {
     gpu: i32,
     stream: Arc<CudaStream>,
     /// The large block `subrange` pieces come from, and the next offset.
@@ -150,7 +150,7 @@ struct Arena {
 const BIG_BYTES: usize = 96 << 20;
 
 impl Arena {
-    fn new(gpu: i32, stream: Arc<CudaStream>) -> Result<Arena> {
+    pub(crate) fn new(gpu: i32, stream: Arc<CudaStream>) -> Result<Arena> {
         let mut p = 0;
         // SAFETY: writes one device pointer.
         ck(
@@ -244,7 +244,7 @@ pub(crate) fn set_rw(p: u64, size: usize, gpu: i32) -> Result<()> {
 
 impl Arena {
     /// `bytes` (at least 4) of memory of `kind`, filled with -1.0 floats.
-    fn alloc(&mut self, kind: Kind, bytes: usize) -> Result<Mem> {
+    pub(crate) fn alloc(&mut self, kind: Kind, bytes: usize) -> Result<Mem> {
         let bytes = bytes.max(4);
         let mut p = 0;
         let mem = match kind {

@@ -10,6 +10,7 @@ mod interop;
 mod memkinds;
 mod mismatch;
 mod oom;
+mod p2p;
 mod raw;
 mod register;
 mod registered;
@@ -29,6 +30,7 @@ use interop::stage_interop;
 use memkinds::stage_memkinds;
 use mismatch::stage_mismatch;
 use oom::stage_oom;
+use p2p::stage_p2p;
 use raw::stage_raw;
 use register::stage_register;
 use registered::stage_registered;
@@ -138,6 +140,7 @@ pub(crate) fn run_stage(
         "memkinds" => stage_memkinds(world, log),
         "threads" => stage_threads(world, log),
         "vmm" => stage_vmm(world, log),
+        "p2p" => stage_p2p(world, log),
         other => Err(gpucoll::Error::InvalidUsage(format!(
             "unknown stage {other}"
         ))),

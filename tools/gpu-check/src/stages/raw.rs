@@ -241,6 +241,57 @@ pub(crate) fn raw_case(
                 }
             }
         }
+        CollKind::Scan | CollKind::ExclusiveScan => {
+            let exclusive = kind == CollKind::ExclusiveScan;
+            let upto = if exclusive { rank } else { rank + 1 };
+            let prefix = |i: usize| (0..upto).map(|r| v(r, i as u64)).sum::<f32>();
+            // Rank 0 of exclusive_scan has no prefix: its buffer keeps what
+            // it held (its input in place, the poison otherwise).
+            let keep = exclusive && rank == 0;
+            let kept = |i: usize| if in_place { own[i] } else { poison };
+            want = (0..c)
+                .map(|i| (i, if keep { kept(i) } else { prefix(i) }))
+                .collect();
+            if in_place {
+                let b = DeviceBuffer::from_host(gpu, &own)?;
+                unsafe {
+                    if exclusive {
+                        world.exclusive_scan_raw(vp(&b), vp(&b), count, dt, op, stream)?
+                    } else {
+                        world.scan_raw(vp(&b), vp(&b), count, dt, op, stream)?
+                    }
+                };
+                Pending {
+                    what,
+                    out: b,
+                    _keep: None,
+                    want,
+                }
+            } else {
+                let s = DeviceBuffer::from_host(gpu, &own)?;
+                let o = DeviceBuffer::from_host(gpu, &vec![poison; c])?;
+                // MPI: rank 0's receive buffer of MPI_Exscan is not
+                // significant; odd rounds pass none there.
+                let recv = if keep && it % 2 == 1 {
+                    std::ptr::null_mut()
+                } else {
+                    vp(&o)
+                };
+                unsafe {
+                    if exclusive {
+                        world.exclusive_scan_raw(vp(&s), recv, count, dt, op, stream)?
+                    } else {
+                        world.scan_raw(vp(&s), vp(&o), count, dt, op, stream)?
+                    }
+                };
+                Pending {
+                    what,
+                    out: o,
+                    _keep: Some(s),
+                    want,
+                }
+            }
+        }
     };
     Ok(p)
 }

@@ -27,7 +27,11 @@ pub(crate) fn case<T: Elem>(
     let poison = T::of(-1);
     // Buffer lengths (elements).
     let (in_len, out_len) = match kind {
-        CollKind::AllReduce | CollKind::Broadcast | CollKind::Reduce => (count, count),
+        CollKind::AllReduce
+        | CollKind::Broadcast
+        | CollKind::Reduce
+        | CollKind::Scan
+        | CollKind::ExclusiveScan => (count, count),
         CollKind::AllGather => (count, count * nn),
         CollKind::ReduceScatter => (count * nn, count),
         CollKind::AllToAll => (count * nn, count * nn),
@@ -146,6 +150,16 @@ pub(crate) fn case<T: Elem>(
             float,
         )
     };
+    // The prefix of element `i` over ranks `0..upto` (Avg never reaches a
+    // scan: `all_cases` leaves it out, as `check::prepare` refuses it).
+    let prefix = |i: u64, upto: usize| {
+        reduce_exact(
+            op,
+            (0..upto).map(|r| input_val::<T>(r, i, true)),
+            upto,
+            float,
+        )
+    };
     match kind {
         CollKind::AllReduce => {
             for i in 0..count {
@@ -197,6 +211,24 @@ pub(crate) fn case<T: Elem>(
                 check(base + i, val(root, rank as u64 * count + i, false) as f64);
             }
         }
+        CollKind::Scan => {
+            for i in 0..count {
+                check(i, prefix(i, rank + 1));
+            }
+        }
+        // Rank 0 has no prefix: its output is never written (the poison,
+        // or in place its input, stays).
+        CollKind::ExclusiveScan if rank == 0 => {
+            for i in 0..count {
+                let kept = if ip { input_val::<T>(0, i, true) } else { -1 };
+                check(i, kept as f64);
+            }
+        }
+        CollKind::ExclusiveScan => {
+            for i in 0..count {
+                check(i, prefix(i, rank));
+            }
+        }
         _ => {}
     }
     if let Some((idx, g, w)) = first_bad {
@@ -220,8 +252,10 @@ pub(crate) fn all_cases<T: Elem>(
 ) {
     for kind in CollKind::ALL {
         let ops: Vec<ReduceOp> = if kind.reduces() {
+            // Every op the collective accepts (a prefix cannot average).
             let all = ReduceOp::ALL.into_iter();
-            all.filter(|op| op.applies_to(T::DATATYPE)).collect()
+            all.filter(|op| op.applies_to(T::DATATYPE) && !(kind.is_scan() && *op == ReduceOp::Avg))
+                .collect()
         } else {
             vec![ReduceOp::Sum]
         };

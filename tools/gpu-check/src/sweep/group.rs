@@ -1,8 +1,8 @@
 //! One group launch mixing datatypes and kinds: two all_reduces of
-//! different types, an all_gather, a broadcast and a third all_reduce of
-//! the first one's type (four datatypes, three kinds; the GPU runs one
-//! launch per datatype, so the last call runs second), checked element by
-//! element.
+//! different types, an all_gather, a broadcast, a third all_reduce of
+//! the first one's type, a scan and an exclusive_scan (four datatypes,
+//! five kinds; the GPU runs one launch per datatype, so the later calls
+//! run with the earlier ones of their type), checked element by element.
 
 use super::env::Env;
 use crate::values::{reduce_exact, val};
@@ -66,6 +66,16 @@ pub(crate) fn mixed_group(env: &mut Env) -> gpucoll::Result<usize> {
         ..ta
     };
     let mut oe = DeviceBuffer::<i32>::zeroed(env.gpu, 2000)?;
+    let tf = Task {
+        kind: CollKind::Scan,
+        ..ta
+    };
+    let mut of = DeviceBuffer::<i32>::zeroed(env.gpu, 3000)?;
+    let tg = Task {
+        kind: CollKind::ExclusiveScan,
+        ..tb
+    };
+    let mut og = DeviceBuffer::<f64>::zeroed(env.gpu, 5000)?;
     let od_in = od.raw();
     env.run(vec![
         (ta, da.raw(), oa.raw_mut()),
@@ -73,11 +83,32 @@ pub(crate) fn mixed_group(env: &mut Env) -> gpucoll::Result<usize> {
         (tc, dc.raw(), oc.raw_mut()),
         (td, od_in, od.raw_mut()),
         (te, da.raw(), oe.raw_mut()),
+        (tf, da.raw(), of.raw_mut()),
+        (tg, db.raw(), og.raw_mut()),
     ])?;
+    let mut bad = 0;
+    let (gf, gg) = (of.to_vec()?, og.to_vec()?);
+    let me = env.rank;
+    for (j, g) in gf.iter().enumerate() {
+        let xs = (0..=me).map(|r| val(r, j as u64, true));
+        bad += (*g as f64 != reduce_exact(ReduceOp::Sum, xs, me + 1, false)) as usize;
+    }
+    for (j, g) in gg.iter().enumerate() {
+        // Rank 0's output is never written: it stays zero.
+        let want = match me {
+            0 => 0.0,
+            _ => reduce_exact(
+                ReduceOp::Max,
+                (0..me).map(|r| val(r, j as u64, true)),
+                me,
+                true,
+            ),
+        };
+        bad += (*g != want) as usize;
+    }
     let ge = oe.to_vec()?;
     let (ga, gb) = (oa.to_vec()?, ob.to_vec()?);
     let (gc, gd) = (oc.to_vec()?, od.to_vec()?);
-    let mut bad = 0;
     for (k, g) in gc.iter().enumerate() {
         bad += (*g != val(k / 1001, (k % 1001) as u64, false)) as usize;
     }

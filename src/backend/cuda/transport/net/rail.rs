@@ -17,7 +17,7 @@
 //! kernels are launched (`RailJobs`). That is why a launch with rail steps
 //! cannot be captured into a CUDA graph: its replays would find no job.
 
-use super::{Proxy, Wire};
+use super::{NetLayout, NetMem, Proxy, Wire};
 use crate::backend::cuda::abi::{CONN_HEADER, CONN_META_OFF, CONN_TAIL_OFF};
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
@@ -184,88 +184,103 @@ impl<W: Wire> Proxy<W> {
         let (Some(i), Some(rails)) = (l.rail_index(), self.rails.as_mut()) else {
             return Ok(false);
         };
-        let side = &mut rails.sides[c as usize];
-        let mut moved = false;
-        let conn = l.send_conn(c, i);
-        // Acquire: the kernel fenced the slot and its meta before the tail.
-        let tail = mem.word(conn + CONN_TAIL_OFF).load(Ordering::Acquire);
-        if tail < side.taken || tail - side.taken > l.slots {
-            return Err(rail_error(
-                c,
-                &format!(
-                    "staging tail {tail}, {} pieces taken (the counters are inconsistent)",
-                    side.taken
-                ),
-            ));
-        }
-        while side.taken < tail {
-            let slot = side.taken % l.slots;
-            let meta = mem
-                .word(conn + CONN_META_OFF + slot * 8)
-                .load(Ordering::Relaxed);
-            let bytes = meta & 0xffff_ffff;
-            if bytes > l.slot_bytes {
-                return Err(rail_error(
-                    c,
-                    &format!("a staged piece claims {bytes} bytes"),
-                ));
-            }
-            let (dtype, combine) = rails.jobs.take(c as usize, bytes).ok_or_else(|| {
-                rail_error(
-                    c,
-                    &format!("a piece of {bytes} bytes that no queued rail step expects"),
-                )
-            })?;
-            // SAFETY: the slot's first `bytes` bytes lie in the block and
-            // the kernel does not rewrite them before the head passes this
-            // piece, which happens below, after MPI took its own copy.
-            let data = unsafe {
-                std::slice::from_raw_parts(
-                    mem.ptr(conn + CONN_HEADER + slot * l.slot_bytes),
-                    bytes as usize,
-                )
-            };
-            let op = rails.net.start(c as usize, data, dtype, combine)?;
-            side.inflight.push_back((meta, op));
-            side.taken += 1;
-            // The piece was copied: the kernel may refill its slot.
-            mem.word(l.send_head(c, i))
-                .store(side.taken, Ordering::Release);
-            moved = true;
-        }
-        let rconn = l.recv_conn(c, i);
-        // Acquire: the kernel finished reading a slot before it moved the head.
-        let head = mem.word(l.recv_head(c, i)).load(Ordering::Acquire);
-        if head > side.tail {
-            return Err(rail_error(
-                c,
-                &format!("receive head {head} ahead of tail {}", side.tail),
-            ));
-        }
-        while side.tail - head < l.slots {
-            let Some((meta, op)) = side.inflight.front_mut() else {
-                break;
-            };
-            let Some(out) = op.test()? else {
-                break;
-            };
-            let slot = side.tail % l.slots;
-            let dst = mem.ptr(rconn + CONN_HEADER + slot * l.slot_bytes);
-            // SAFETY: `out` holds the piece's bytes (at most a slot); the
-            // kernel released this slot (head > tail - slots) and reads it
-            // again only after the tail passes it.
-            unsafe { std::ptr::copy_nonoverlapping(out.as_ptr(), dst, out.len()) };
-            mem.word(rconn + CONN_META_OFF + slot * 8)
-                .store(*meta, Ordering::Relaxed);
-            side.tail += 1;
-            // Release: data and meta are visible before the kernel sees the tail.
-            mem.word(rconn + CONN_TAIL_OFF)
-                .store(side.tail, Ordering::Release);
-            side.inflight.pop_front();
-            moved = true;
-        }
-        Ok(moved)
+        let taken = rail_take(l, mem, rails, c, i)?;
+        let published = rail_publish(l, mem, &mut rails.sides[c as usize], c, i)?;
+        Ok(taken || published)
     }
+}
+
+/// Channel `c`'s staged rail pieces (pair `i`) handed to MPI's all-reduce,
+/// each slot given back to the kernel once MPI took its copy.
+fn rail_take(l: &NetLayout, mem: NetMem, rails: &mut Rails, c: u64, i: usize) -> Result<bool> {
+    let side = &mut rails.sides[c as usize];
+    let mut moved = false;
+    let conn = l.send_conn(c, i);
+    // Acquire: the kernel fenced the slot and its meta before the tail.
+    let tail = mem.word(conn + CONN_TAIL_OFF).load(Ordering::Acquire);
+    if tail < side.taken || tail - side.taken > l.slots {
+        return Err(rail_error(
+            c,
+            &format!(
+                "staging tail {tail}, {} pieces taken (the counters are inconsistent)",
+                side.taken
+            ),
+        ));
+    }
+    while side.taken < tail {
+        let slot = side.taken % l.slots;
+        let meta = mem
+            .word(conn + CONN_META_OFF + slot * 8)
+            .load(Ordering::Relaxed);
+        let bytes = meta & 0xffff_ffff;
+        if bytes > l.slot_bytes {
+            return Err(rail_error(
+                c,
+                &format!("a staged piece claims {bytes} bytes"),
+            ));
+        }
+        let (dtype, combine) = rails.jobs.take(c as usize, bytes).ok_or_else(|| {
+            rail_error(
+                c,
+                &format!("a piece of {bytes} bytes that no queued rail step expects"),
+            )
+        })?;
+        // SAFETY: the slot's first `bytes` bytes lie in the block and
+        // the kernel does not rewrite them before the head passes this
+        // piece, which happens below, after MPI took its own copy.
+        let data = unsafe {
+            std::slice::from_raw_parts(
+                mem.ptr(conn + CONN_HEADER + slot * l.slot_bytes),
+                bytes as usize,
+            )
+        };
+        let op = rails.net.start(c as usize, data, dtype, combine)?;
+        side.inflight.push_back((meta, op));
+        side.taken += 1;
+        // The piece was copied: the kernel may refill its slot.
+        mem.word(l.send_head(c, i))
+            .store(side.taken, Ordering::Release);
+        moved = true;
+    }
+    Ok(moved)
+}
+
+/// Channel `c`'s finished rail pieces (pair `i`) published to the kernel,
+/// in order, as its receive slots free up.
+fn rail_publish(l: &NetLayout, mem: NetMem, side: &mut RailSide, c: u64, i: usize) -> Result<bool> {
+    let mut moved = false;
+    let rconn = l.recv_conn(c, i);
+    // Acquire: the kernel finished reading a slot before it moved the head.
+    let head = mem.word(l.recv_head(c, i)).load(Ordering::Acquire);
+    if head > side.tail {
+        return Err(rail_error(
+            c,
+            &format!("receive head {head} ahead of tail {}", side.tail),
+        ));
+    }
+    while side.tail - head < l.slots {
+        let Some((meta, op)) = side.inflight.front_mut() else {
+            break;
+        };
+        let Some(out) = op.test()? else {
+            break;
+        };
+        let slot = side.tail % l.slots;
+        let dst = mem.ptr(rconn + CONN_HEADER + slot * l.slot_bytes);
+        // SAFETY: `out` holds the piece's bytes (at most a slot); the
+        // kernel released this slot (head > tail - slots) and reads it
+        // again only after the tail passes it.
+        unsafe { std::ptr::copy_nonoverlapping(out.as_ptr(), dst, out.len()) };
+        mem.word(rconn + CONN_META_OFF + slot * 8)
+            .store(*meta, Ordering::Relaxed);
+        side.tail += 1;
+        // Release: data and meta are visible before the kernel sees the tail.
+        mem.word(rconn + CONN_TAIL_OFF)
+            .store(side.tail, Ordering::Release);
+        side.inflight.pop_front();
+        moved = true;
+    }
+    Ok(moved)
 }
 
 #[cfg(test)]

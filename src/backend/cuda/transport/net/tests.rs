@@ -1,7 +1,7 @@
 //! Unit tests of the NET proxy over host memory (no MPI, no GPU).
 
-use super::super::shm::Segment;
 use super::*;
+use crate::backend::cuda::shm::{self, Segment};
 use crate::backend::shared::shm::Mapping;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -390,45 +390,20 @@ fn uncancellable_send_is_unclean() {
     assert!(b.proxy.shutdown(Duration::ZERO));
 }
 
-/// The proxy thread over real MPI between two processes, with host code
-/// playing both kernels: pieces of every size class (eager and
-/// rendezvous) on several channels both ways, then an abort word that
-/// halts the proxy, then a clean stop. Needs MPI, so `cargo test` skips
-/// it; run it as
-/// `mpirun -n 2 <lib test binary> --ignored --exact --test-threads 1
-/// backend::cuda::net::tests::mpi_proxy_streams`.
-#[test]
-#[ignore]
-fn mpi_proxy_streams() {
-    let universe = crate::initialize().expect("MPI");
-    let world = MpiComm::world();
-    assert_eq!(world.size(), 2, "run with mpirun -n 2");
-    let (rank, peer) = (world.rank(), 1 - world.rank());
-    let layout = NetLayout {
-        peers: vec![peer],
-        channels: 3,
-        slots: 8,
-        slot_bytes: 64 << 10,
-        rail: false,
-    };
-    let mut block = vec![0u64; (layout.total() / 8) as usize];
-    // SAFETY: the vector is 8-aligned and zeroed; its heap memory moves
-    // into the proxy's `NetBlock` and lives until `stop` returned.
-    let mem = unsafe { NetMem::new(block.as_mut_ptr() as *mut u8, layout.total()) };
-    let name = format!("/gpucoll-nettest-{}-{rank}", std::process::id());
-    let seg = Arc::new(Segment::create(&name, super::super::shm::CONTROL_BYTES).unwrap());
-    let mut proxy = NetProxy::start(
-        world.dup().unwrap(),
-        Vec::new(),
-        layout.clone(),
-        NetBlock::Host(block),
-        vec![seg.clone()],
-        0,
-        rank,
-    )
-    .unwrap();
-    let mut sim = KernelSim::new(mem, layout.clone());
-    const PIECES: u64 = 400;
+/// Pieces per channel each way in [`mpi_proxy_streams`].
+const PIECES: u64 = 400;
+
+/// Host code playing our kernel in [`mpi_proxy_streams`]: [`PIECES`]
+/// pieces of every size class sent on each of 3 channels, and the peer's
+/// received and checked, all interleaved.
+fn stream_pieces(
+    sim: &mut KernelSim,
+    mem: NetMem,
+    layout: &NetLayout,
+    rank: usize,
+    start: Instant,
+) {
+    let peer = 1 - rank;
     let len = |n: u64, c: u64| -> usize {
         match n % 6 {
             0 => 64 << 10,
@@ -441,8 +416,6 @@ fn mpi_proxy_streams() {
     };
     let id = |n: u64, r: usize| n + 1000 * r as u64;
     let (mut ns, mut nr) = ([0u64; 3], [0u64; 3]);
-    let guard = proxy.begin();
-    let start = Instant::now();
     while nr.iter().chain(ns.iter()).any(|&m| m < PIECES) {
         // A GPU kernel takes no host CPU: leave it to the proxies.
         std::thread::yield_now();
@@ -480,6 +453,49 @@ fn mpi_proxy_streams() {
             }
         }
     }
+}
+
+/// The proxy thread over real MPI between two processes, with host code
+/// playing both kernels: pieces of every size class (eager and
+/// rendezvous) on several channels both ways, then an abort word that
+/// halts the proxy, then a clean stop. Needs MPI, so `cargo test` skips
+/// it; run it as
+/// `mpirun -n 2 <lib test binary> --ignored --exact --test-threads 1
+/// backend::cuda::transport::net::tests::mpi_proxy_streams`.
+#[test]
+#[ignore]
+fn mpi_proxy_streams() {
+    let universe = crate::initialize().expect("MPI");
+    let world = MpiComm::world();
+    assert_eq!(world.size(), 2, "run with mpirun -n 2");
+    let (rank, peer) = (world.rank(), 1 - world.rank());
+    let layout = NetLayout {
+        peers: vec![peer],
+        channels: 3,
+        slots: 8,
+        slot_bytes: 64 << 10,
+        rail: false,
+    };
+    let mut block = vec![0u64; (layout.total() / 8) as usize];
+    // SAFETY: the vector is 8-aligned and zeroed; its heap memory moves
+    // into the proxy's `NetBlock` and lives until `stop` returned.
+    let mem = unsafe { NetMem::new(block.as_mut_ptr() as *mut u8, layout.total()) };
+    let name = format!("/gpucoll-nettest-{}-{rank}", std::process::id());
+    let seg = Arc::new(Segment::create(&name, shm::CONTROL_BYTES).unwrap());
+    let mut proxy = NetProxy::start(
+        world.dup().unwrap(),
+        Vec::new(),
+        layout.clone(),
+        NetBlock::Host(block),
+        vec![seg.clone()],
+        0,
+        rank,
+    )
+    .unwrap();
+    let mut sim = KernelSim::new(mem, layout.clone());
+    let guard = proxy.begin();
+    let start = Instant::now();
+    stream_pieces(&mut sim, mem, &layout, rank, start);
     // Our last sends complete (the heads catch up with the tails).
     let done = |c: u64| mem.word(layout.send_head(c, 0)).load(Ordering::Acquire);
     while (0..3).any(|c| done(c) < PIECES) {

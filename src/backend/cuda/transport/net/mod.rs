@@ -35,9 +35,12 @@
 //!
 //! The proxy's state machine ([`Proxy`]) is generic over the [`Wire`] that
 //! moves messages, so it is unit-tested over host memory without MPI or GPU
-//! (`net/tests.rs`); the thread that drives it over MPI is in `net/thread.rs`.
+//! (`net/tests.rs`); the thread that drives it over MPI is in `net/thread.rs`;
+//! NET's row of the transport table (the peers it accepts, its bring-up
+//! stages and what they own) is `net/stage.rs`.
 
-use super::abi::{CONN_HEADER, CONN_META_OFF, CONN_TAIL_OFF, HEAD_STRIDE};
+use crate::backend::cuda::abi::{GcConn, CONN_HEADER, CONN_META_OFF, CONN_TAIL_OFF, HEAD_STRIDE};
+use crate::backend::cuda::layout::conn;
 use crate::error::{Error, Result};
 use crate::mpi::{MpiComm, MpiRequest};
 use std::collections::VecDeque;
@@ -115,6 +118,28 @@ impl NetLayout {
     /// NET peer pairs (the rails apart).
     fn pairs(&self) -> usize {
         self.channels as usize * self.peers.len()
+    }
+    /// The connectors `(send, recv)` of channel `c` to `peer`, as rank
+    /// `rank` with its block at device address `dev` sees them: both in
+    /// that block, the proxy moving the pieces between our staging FIFO
+    /// and the peer's receive FIFO. At our own index, the rail pair
+    /// (collnet, bridged to MPI's all-reduce by `rail.rs`) if the layout
+    /// has rails; `None` for ranks that are no NET peers.
+    pub(crate) fn conns(
+        &self,
+        c: u64,
+        peer: usize,
+        rank: usize,
+        dev: u64,
+    ) -> Option<(GcConn, GcConn)> {
+        let i = if peer == rank {
+            self.rail_index()?
+        } else {
+            self.index_of(peer)?
+        };
+        let send = conn(dev + self.send_conn(c, i), dev + self.send_head(c, i));
+        let recv = conn(dev + self.recv_conn(c, i), dev + self.recv_head(c, i));
+        Some((send, recv))
     }
 }
 
@@ -500,10 +525,11 @@ impl<W: Wire> Proxy<W> {
 }
 
 mod rail;
+mod stage;
 mod thread;
 pub(crate) use rail::{MpiRails, RailJob, RailJobs};
 use rail::{RailNet, RailSide, Rails};
-#[cfg(test)]
+pub(crate) use stage::{Net, NetOwner};
 use thread::NetBlock;
 pub(crate) use thread::{alloc_block, ActiveGuard, NetProxy};
 
