@@ -17,6 +17,10 @@
 #   python3-mpi4py python3-numpy the shim's mpi4py test (run with /usr/bin/python3,
 #                                built against this Open MPI; a python3 earlier
 #                                on PATH, e.g. pyenv's, does not see them)
+#   python3-dev python3-pip      scripts/mpi4py-suite builds mpi4py 4.1.2 from its
+#                                sdist (pip wheel, with mpicc) into a private
+#                                folder of ~/.cache for /usr/bin/python3: Debian's
+#                                python3-mpi4py (3.1) is too old for its test suite
 #   cargo                        not installed here: see the message below
 set -euo pipefail
 
@@ -67,12 +71,16 @@ check_system_packages() {
         MISSING_PKGS+=(python3-mpi4py)
     fi
     /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || MISSING_PKGS+=(python3-numpy)
+    # scripts/mpi4py-suite: Python's headers and pip, to build mpi4py 4.1.2.
+    /usr/bin/python3 -c 'import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' \
+        >/dev/null 2>&1 || MISSING_PKGS+=(python3-dev)
+    /usr/bin/python3 -m pip --version >/dev/null 2>&1 || MISSING_PKGS+=(python3-pip)
 }
 
 install_system_packages() {
     check_system_packages
     if [ "${#MISSING_PKGS[@]}" -eq 0 ]; then
-        log "MPI (mpicc, mpirun), libclang, the C toolchain, gfortran and mpi4py are present; nothing to install"
+        log "MPI (mpicc, mpirun), libclang, the C toolchain, gfortran, mpi4py and Python's headers and pip are present; nothing to install"
         return 0
     fi
     command -v apt-get >/dev/null 2>&1 ||
@@ -152,8 +160,9 @@ install_cuda_toolchain() {
 usage() {
     cat <<USAGE
 usage: scripts/setup.sh [--no-cuda]
-  (no option)  install Open MPI, libclang, a C toolchain, gfortran, and
-               python3-mpi4py + python3-numpy (the shim tests) if missing, check
+  (no option)  install Open MPI, libclang, a C toolchain, gfortran,
+               python3-mpi4py + python3-numpy (the shim tests) and python3-dev +
+               python3-pip (scripts/mpi4py-suite) if missing, check
                cargo, and install nvcc 13.0 from pinned PyPI wheels into
                ./.cuda (the default build compiles the CUDA kernels)
   --no-cuda    skip nvcc; then build with `cargo build --no-default-features`

@@ -6,7 +6,10 @@
  * gpucoll_shim_allreduce_native (skipped when absent); plus host staging by
  * hand (cudaMemcpy to host, MPI_Allreduce on host, copy back) at the sizes
  * of --staging, and the 8 B host-memory MPI_Allreduce against
- * PMPI_Allreduce (the shim's overhead on host calls: zero without a shim).
+ * PMPI_Allreduce (the shim's overhead on host calls: zero without a shim),
+ * on MPI_COMM_WORLD and, with a shim, on a duplicate that has a gpucoll
+ * communicator (made by one gpucoll_shim_allreduce_native call): there the
+ * shim hands host calls to MPI's nonblocking form under GPUCOLL_TIMEOUT.
  *
  *   mpirun -n 2 shim_bench [--min B] [--max B] [--budget S] [--staging B,B]
  *                          [--host-only] [--json FILE]
@@ -198,25 +201,30 @@ static void time_ways(const int run[NWAYS], void *send, void *recv, size_t count
 
 /* ---- host-call overhead ------------------------------------------------ */
 
-/* 8 B host MPI_Allreduce and PMPI_Allreduce, alternating blocks; medians. */
-static void host_overhead(double *mpi_us, double *pmpi_us)
+/* 8 B host MPI_Allreduce and PMPI_Allreduce on `comm`, alternating
+ * blocks; medians. */
+static void host_overhead(MPI_Comm comm, double *mpi_us, double *pmpi_us)
 {
     enum { BLOCKS = 15, CALLS = 2000 };
     double a[BLOCKS], b[BLOCKS];
     float x[2] = {1, 1}, y[2];
     for (int k = 0; k < 500; k++)
-        MPI_Allreduce(x, y, 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(x, y, 2, MPI_FLOAT, MPI_SUM, comm);
     for (int blk = 0; blk < BLOCKS; blk++) {
-        MPI_Barrier(MPI_COMM_WORLD);
+        PMPI_Barrier(comm);
         double t0 = now();
         for (int k = 0; k < CALLS; k++)
-            MPI_Allreduce(x, y, 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            MPI_Allreduce(x, y, 2, MPI_FLOAT, MPI_SUM, comm);
         a[blk] = (now() - t0) / CALLS * 1e6;
-        MPI_Barrier(MPI_COMM_WORLD);
+        PMPI_Barrier(comm);
         t0 = now();
         for (int k = 0; k < CALLS; k++)
-            PMPI_Allreduce(x, y, 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            PMPI_Allreduce(x, y, 2, MPI_FLOAT, MPI_SUM, comm);
         b[blk] = (now() - t0) / CALLS * 1e6;
+    }
+    if (y[0] != (float)nranks) {
+        fprintf(stderr, "rank %d: host MPI_Allreduce gave %g, want %d\n", rank, y[0], nranks);
+        MPI_Abort(MPI_COMM_WORLD, 3);
     }
     /* medians, then the slowest rank's */
     for (int i = 0; i < BLOCKS; i++)
@@ -225,7 +233,7 @@ static void host_overhead(double *mpi_us, double *pmpi_us)
             if (b[j] < b[i]) { double t = b[i]; b[i] = b[j]; b[j] = t; }
         }
     double med[2] = {a[BLOCKS / 2], b[BLOCKS / 2]};
-    MPI_Allreduce(MPI_IN_PLACE, med, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    PMPI_Allreduce(MPI_IN_PLACE, med, 2, MPI_DOUBLE, MPI_MAX, comm);
     *mpi_us = med[0];
     *pmpi_us = med[1];
 }
@@ -282,19 +290,37 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     *(void **)&native = dlsym(RTLD_DEFAULT, "gpucoll_shim_allreduce_native");
-    double h_mpi, h_pmpi;
-    host_overhead(&h_mpi, &h_pmpi);
+    double h_mpi, h_pmpi, g_mpi = -1, g_pmpi = -1;
+    host_overhead(MPI_COMM_WORLD, &h_mpi, &h_pmpi);
+    if (native) {
+        /* A duplicate with a gpucoll communicator: the guarded host path. */
+        MPI_Comm guarded;
+        MPI_Comm_dup(MPI_COMM_WORLD, &guarded);
+        float one[2] = {1, 1}, sum[2];
+        if (native(one, sum, 2, MPI_FLOAT, MPI_SUM, guarded) != MPI_SUCCESS) {
+            fprintf(stderr, "rank %d: gpucoll_shim_allreduce_native failed\n", rank);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        host_overhead(guarded, &g_mpi, &g_pmpi);
+        MPI_Comm_free(&guarded);
+    }
     FILE *jf = rank == 0 && json ? fopen(json, "w") : NULL;
     if (rank == 0) {
         printf("# shim_bench: %d ranks; gpucoll_shim_allreduce_native %s\n", nranks,
                native ? "found (a shim is loaded)" : "absent (no shim)");
         printf("# host 8 B MPI_Allreduce %.3f us, PMPI_Allreduce %.3f us, difference %.3f us\n",
                h_mpi, h_pmpi, h_mpi - h_pmpi);
+        if (native)
+            printf("# host 8 B on a communicator with a gpucoll communicator: MPI_Allreduce "
+                   "%.3f us, PMPI_Allreduce %.3f us, difference %.3f us\n",
+                   g_mpi, g_pmpi, g_mpi - g_pmpi);
     }
     if (jf)
         fprintf(jf, "{\"ranks\": %d, \"shim_loaded\": %s, \"host_8B\": {\"mpi_us\": %.4f, "
-                    "\"pmpi_us\": %.4f, \"overhead_us\": %.4f}, \"rows\": [",
-                nranks, native ? "true" : "false", h_mpi, h_pmpi, h_mpi - h_pmpi);
+                    "\"pmpi_us\": %.4f, \"overhead_us\": %.4f}, \"host_8B_guarded\": "
+                    "{\"mpi_us\": %.4f, \"pmpi_us\": %.4f, \"overhead_us\": %.4f}, \"rows\": [",
+                nranks, native ? "true" : "false", h_mpi, h_pmpi, h_mpi - h_pmpi, g_mpi, g_pmpi,
+                g_mpi - g_pmpi);
     if (!host_only) {
         if (lr < 0) {
             MPI_Comm node;

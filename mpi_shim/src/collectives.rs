@@ -11,10 +11,27 @@
 //! host memory gets MPI's own request; on device memory routed to gpucoll a
 //! shim request completed through the completion calls; a staged call runs
 //! at once and returns a completed request.
+//!
+//! The submodules add the collectives gpucoll's engine has no form of (or
+//! only some calls of), staged through `stage` with nonblocking forms that
+//! complete through the shim's requests: `scan` (`MPI_Scan`, `MPI_Exscan`
+//! and their I-forms), `reductions` (`MPI_Ireduce_scatter`,
+//! `MPI_Reduce_local`), `alltoallw`, `vector_nb` (`MPI_Iallgatherv`,
+//! `MPI_Ialltoallv`, `MPI_Igatherv`, `MPI_Iscatterv`), `neighbor` (the
+//! neighbourhood collectives) and `MPI_Ibarrier` below.
+
+mod alltoallw;
+mod engine;
+mod neighbor;
+mod reductions;
+mod scan;
+mod topology;
+mod vector_nb;
+
+pub use topology::degrees;
 
 use crate::exec;
-use crate::plans::{self, AllRanks};
-use crate::settings;
+use crate::plans::{self, AllRanks, Plan};
 use mpi_sys::{MPI_Comm, MPI_Datatype, MPI_Op, MPI_Request};
 use std::ffi::{c_int, c_void};
 
@@ -28,7 +45,9 @@ fn mutable(buffer: *const c_void) -> *mut c_void {
 /// (then `request`). `plans::$plan` routes both: it gets the arguments given
 /// with it, the call's name, the parameters and `comm`. The `PMPI_` calls get
 /// the same arguments, except that the buffers named in `[..]` may be
-/// staged copies.
+/// staged copies. The blocking form also knows its `PMPI_I*` form (named
+/// after `|` where there is no `$iname`), for the deadline a guarded
+/// communicator's MPI-routed calls run under (`exec::blocking_or_start`).
 macro_rules! collective {
     (
         $name:ident => $pmpi:ident, $iname:ident => $ipmpi:ident;
@@ -36,7 +55,7 @@ macro_rules! collective {
         ($($param:ident: $ty:ty),+ $(,)?)
     ) => {
         collective! {
-            $name => $pmpi;
+            $name => $pmpi | $ipmpi;
             $plan $(($($with),+))?, [$($buf),+];
             ($($param: $ty),+)
         }
@@ -65,7 +84,7 @@ macro_rules! collective {
         }
     };
     (
-        $name:ident => $pmpi:ident;
+        $name:ident => $pmpi:ident | $ipmpi:ident;
         $plan:ident $(($($with:expr),+))?, [$($buf:ident),+];
         ($($param:ident: $ty:ty),+ $(,)?)
     ) => {
@@ -73,15 +92,16 @@ macro_rules! collective {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($param: $ty,)+ comm: MPI_Comm) -> c_int {
             // SAFETY: the program's arguments, valid as MPI requires; the
-            // `PMPI_` call gets them, buffers possibly replaced by staged
+            // `PMPI_` calls get them, buffers possibly replaced by staged
             // copies of the same extent.
             unsafe {
-                exec::blocking(
+                exec::blocking_or_start(
                     stringify!($name),
                     comm,
                     [$(mutable($buf)),+],
                     || plans::$plan($($($with,)+)? stringify!($name), $($param,)+ comm),
                     |[$($buf),+]| mpi_sys::$pmpi($($param,)+ comm),
+                    |[$($buf),+], request| mpi_sys::$ipmpi($($param,)+ comm, request),
                 )
             }
         }
@@ -132,7 +152,7 @@ collective! {
 }
 
 collective! {
-    MPI_Reduce_scatter => PMPI_Reduce_scatter;
+    MPI_Reduce_scatter => PMPI_Reduce_scatter | PMPI_Ireduce_scatter;
     reduce_scatter, [sendbuf, recvbuf];
     (
         sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int,
@@ -168,7 +188,7 @@ collective! {
 }
 
 collective! {
-    MPI_Allgatherv => PMPI_Allgatherv;
+    MPI_Allgatherv => PMPI_Allgatherv | PMPI_Iallgatherv;
     allgatherv, [sendbuf, recvbuf];
     (
         sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype,
@@ -178,7 +198,7 @@ collective! {
 }
 
 collective! {
-    MPI_Alltoallv => PMPI_Alltoallv;
+    MPI_Alltoallv => PMPI_Alltoallv | PMPI_Ialltoallv;
     alltoallv, [sendbuf, recvbuf];
     (
         sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int,
@@ -188,7 +208,7 @@ collective! {
 }
 
 collective! {
-    MPI_Gatherv => PMPI_Gatherv;
+    MPI_Gatherv => PMPI_Gatherv | PMPI_Igatherv;
     gatherv, [sendbuf, recvbuf];
     (
         sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype,
@@ -198,7 +218,7 @@ collective! {
 }
 
 collective! {
-    MPI_Scatterv => PMPI_Scatterv;
+    MPI_Scatterv => PMPI_Scatterv | PMPI_Iscatterv;
     scatterv, [sendbuf, recvbuf];
     (
         sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int,
@@ -207,17 +227,57 @@ collective! {
     )
 }
 
-/// A barrier has no buffers: MPI's own. (gpucoll's blocking collectives have
-/// all completed when they returned, so nothing of the shim is in flight
-/// except nonblocking requests, which a barrier does not order.)
+/// A barrier has no buffers: MPI's own (on a guarded communicator, under
+/// the deadline, like every MPI-routed call there). It does not order the
+/// shim's nonblocking requests, as MPI's barrier does not order MPI's: a
+/// request still in flight completes through the completion calls.
+/// gpucoll's blocking collectives have all completed when they returned.
 ///
 /// # Safety
 /// As `MPI_Barrier`.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Barrier(comm: MPI_Comm) -> c_int {
-    if settings::active() && settings::get().log {
-        crate::route::log("MPI_Barrier", "pmpi", "no buffers");
+    // SAFETY: no buffers; the communicator is the program's.
+    unsafe {
+        exec::blocking_or_start(
+            "MPI_Barrier",
+            comm,
+            [],
+            || {
+                crate::route::log("MPI_Barrier", "pmpi", "no buffers");
+                Plan::Pmpi
+            },
+            |[]| mpi_sys::PMPI_Barrier(comm),
+            |[], request| mpi_sys::PMPI_Ibarrier(comm, request),
+        )
     }
-    // SAFETY: forwarded unchanged.
-    unsafe { mpi_sys::PMPI_Barrier(comm) }
+}
+
+/// `MPI_Ibarrier` has no buffers: MPI's own, started at once. It orders the
+/// calls, not the data: its completion says that every rank entered it,
+/// nothing about the shim's device work in flight (a nonblocking gpucoll
+/// collective runs on the GPU without MPI's progress, so the two cannot
+/// wait for each other), and the completion calls make MPI progress while
+/// they wait for that device work (`requests.rs`), so a barrier of the
+/// peers completes meanwhile.
+///
+/// # Safety
+/// As `MPI_Ibarrier`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Ibarrier(comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
+    // SAFETY: no buffers; the communicator and `request` are the program's.
+    unsafe {
+        exec::nonblocking(
+            "MPI_Ibarrier",
+            comm,
+            [],
+            request,
+            || {
+                crate::route::log("MPI_Ibarrier", "pmpi", "no buffers");
+                Plan::Pmpi
+            },
+            |[]| mpi_sys::PMPI_Ibarrier(comm, request),
+            |[]| mpi_sys::PMPI_Barrier(comm),
+        )
+    }
 }

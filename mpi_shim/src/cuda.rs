@@ -1,6 +1,6 @@
 //! The shim's only CUDA driver calls: classifying pointers, binding and
-//! restoring contexts, the shim's per-GPU stream, events, pinned staging
-//! memory and copies.
+//! restoring contexts, the streams of the shim's communicators, events,
+//! pinned staging memory and copies.
 //!
 //! CUDA is never initialised here: a pointer query on a process whose driver
 //! nobody initialised fails with `CUDA_ERROR_NOT_INITIALIZED`, which means
@@ -159,24 +159,89 @@ mod imp {
         }
     }
 
-    fn streams() -> &'static Mutex<HashMap<i32, usize>> {
-        static S: OnceLock<Mutex<HashMap<i32, usize>>> = OnceLock::new();
-        S.get_or_init(|| Mutex::new(HashMap::new()))
+    /// A stream the shim created on a GPU (one per communicator), for
+    /// nonblocking collectives that may wait for their peers as long as
+    /// the program likes. A non-blocking stream: work the program (or
+    /// another communicator's blocking call) queues on the legacy default
+    /// stream later must not wait for it, or ranks that start communicators
+    /// in crossed orders deadlock. It is ordered after the legacy stream's
+    /// earlier work explicitly ([`Stream::after_legacy`]).
+    pub struct Stream {
+        device: i32,
+        raw: sys::CUstream,
+        /// Recorded on the legacy stream for [`Stream::after_legacy`].
+        legacy: sys::CUevent,
     }
 
-    /// The shim's stream on `device` (its primary context must be current).
-    /// A blocking stream, so work on it starts after what the program queued
-    /// on the legacy default stream before.
-    pub fn shim_stream(device: i32) -> CuResult<usize> {
-        let mut map = streams().lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(&s) = map.get(&device) {
-            return Ok(s);
+    // SAFETY: CUstream and CUevent handles may be used from any thread;
+    // the owner serializes `after_legacy` (the communicator's lock).
+    unsafe impl Send for Stream {}
+
+    impl Stream {
+        /// Create one on `device` (its primary context is made current for
+        /// the call).
+        pub fn new(device: i32) -> CuResult<Stream> {
+            let _g = CtxGuard::bind(device)?;
+            let mut s: sys::CUstream = std::ptr::null_mut();
+            let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+            // SAFETY: out-pointer to one stream handle.
+            check(
+                unsafe { sys::cuStreamCreate(&mut s, flags) },
+                "cuStreamCreate",
+            )?;
+            let mut ev: sys::CUevent = std::ptr::null_mut();
+            let ev_flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+            // SAFETY: out-pointer to one event handle.
+            if let Err(e) = check(
+                unsafe { sys::cuEventCreate(&mut ev, ev_flags) },
+                "cuEventCreate",
+            ) {
+                // SAFETY: the stream just created, destroyed once.
+                unsafe { sys::cuStreamDestroy_v2(s) };
+                return Err(e);
+            }
+            Ok(Stream {
+                device,
+                raw: s,
+                legacy: ev,
+            })
         }
-        let mut s: sys::CUstream = std::ptr::null_mut();
-        // SAFETY: out-pointer to one stream handle; flags 0 = CU_STREAM_DEFAULT.
-        check(unsafe { sys::cuStreamCreate(&mut s, 0) }, "cuStreamCreate")?;
-        map.insert(device, s as usize);
-        Ok(s as usize)
+
+        pub fn raw(&self) -> usize {
+            self.raw as usize
+        }
+
+        /// Make work queued on this stream from now on wait, on the device,
+        /// for what is queued on the legacy default stream of the current
+        /// context (the device's primary context) so far.
+        pub fn after_legacy(&self) -> CuResult<()> {
+            // SAFETY: a live event of the current context; the null stream
+            // is the current context's legacy stream.
+            check(
+                unsafe { sys::cuEventRecord(self.legacy, std::ptr::null_mut()) },
+                "cuEventRecord (legacy stream)",
+            )?;
+            // SAFETY: a live stream and event of the current context.
+            check(
+                unsafe { sys::cuStreamWaitEvent(self.raw, self.legacy, 0) },
+                "cuStreamWaitEvent",
+            )
+        }
+    }
+
+    impl Drop for Stream {
+        fn drop(&mut self) {
+            // Work still queued completes first; the driver frees the
+            // stream and the event afterwards.
+            if let Ok(_g) = CtxGuard::bind(self.device) {
+                // SAFETY: a stream and an event this value created,
+                // destroyed once.
+                unsafe {
+                    sys::cuStreamDestroy_v2(self.raw);
+                    sys::cuEventDestroy_v2(self.legacy);
+                }
+            }
+        }
     }
 
     /// A CUDA event marking the end of a nonblocking collective.
@@ -216,15 +281,6 @@ mod imp {
                 sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
                 r => Err(format!("cuEventQuery failed: {r:?}")),
             }
-        }
-
-        /// Wait until the work before the event finished.
-        pub fn wait(&self) -> CuResult<()> {
-            // SAFETY: a live event.
-            check(
-                unsafe { sys::cuEventSynchronize(self.ev) },
-                "cuEventSynchronize",
-            )
         }
     }
 
@@ -330,20 +386,6 @@ mod imp {
                 pool().lock().unwrap_or_else(|p| p.into_inner()).clear();
             }
         }
-        let streams: Vec<(i32, usize)> = streams()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain()
-            .collect();
-        for (device, s) in streams {
-            if let Ok(_g) = CtxGuard::bind(device) {
-                // SAFETY: a stream the shim created, destroyed once.
-                unsafe {
-                    sys::cuStreamSynchronize(s as sys::CUstream);
-                    sys::cuStreamDestroy_v2(s as sys::CUstream);
-                }
-            }
-        }
         let mut map = primary_contexts().lock().unwrap_or_else(|p| p.into_inner());
         for (device, _) in ctxs {
             let mut dev: sys::CUdevice = 0;
@@ -384,8 +426,18 @@ mod imp {
         }
     }
 
-    pub fn shim_stream(_device: i32) -> CuResult<usize> {
-        Err(NO_CUDA.into())
+    pub struct Stream;
+
+    impl Stream {
+        pub fn new(_device: i32) -> CuResult<Stream> {
+            Err(NO_CUDA.into())
+        }
+        pub fn raw(&self) -> usize {
+            0
+        }
+        pub fn after_legacy(&self) -> CuResult<()> {
+            Err(NO_CUDA.into())
+        }
     }
 
     pub struct Event;
@@ -396,9 +448,6 @@ mod imp {
         }
         pub fn is_done(&self) -> CuResult<bool> {
             Ok(true)
-        }
-        pub fn wait(&self) -> CuResult<()> {
-            Ok(())
         }
     }
 

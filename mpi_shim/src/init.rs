@@ -8,6 +8,7 @@
 //! outstanding requests and tears every gpucoll communicator down before
 //! `PMPI_Finalize`.
 
+use crate::errors::{self, guarded_exports};
 use crate::{comms, cuda, requests, settings};
 use std::ffi::{c_char, c_int};
 
@@ -35,48 +36,49 @@ fn wants_multiple() -> bool {
     settings::get().enabled && spans_nodes()
 }
 
-/// # Safety
-/// As `MPI_Init`.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
-    if !wants_multiple() {
-        // SAFETY: forwarded unchanged.
-        return unsafe { mpi_sys::PMPI_Init(argc, argv) };
+guarded_exports! {
+    /// # Safety
+    /// As `MPI_Init`.
+    fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) on errors::world(), || () => {
+        if !wants_multiple() {
+            // SAFETY: forwarded unchanged.
+            return unsafe { mpi_sys::PMPI_Init(argc, argv) };
+        }
+        let mut provided: c_int = 0;
+        // SAFETY: forwarded arguments and a valid out-pointer.
+        unsafe {
+            mpi_sys::PMPI_Init_thread(argc, argv, mpi_sys::RSMPI_THREAD_MULTIPLE, &mut provided)
+        }
     }
-    let mut provided: c_int = 0;
-    // SAFETY: forwarded arguments and a valid out-pointer.
-    unsafe { mpi_sys::PMPI_Init_thread(argc, argv, mpi_sys::RSMPI_THREAD_MULTIPLE, &mut provided) }
-}
 
-/// # Safety
-/// As `MPI_Init_thread`.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Init_thread(
-    argc: *mut c_int,
-    argv: *mut *mut *mut c_char,
-    required: c_int,
-    provided: *mut c_int,
-) -> c_int {
-    let ask = if wants_multiple() {
-        // SAFETY: reading an immutable constant.
-        unsafe { mpi_sys::RSMPI_THREAD_MULTIPLE }.max(required)
-    } else {
-        required
-    };
-    // SAFETY: forwarded arguments; `provided` is the program's out-pointer.
-    unsafe { mpi_sys::PMPI_Init_thread(argc, argv, ask, provided) }
-}
-
-/// # Safety
-/// As `MPI_Finalize`.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Finalize() -> c_int {
-    if settings::get().enabled {
-        let _inside = settings::Inside::enter();
-        requests::finish_all();
-        comms::teardown_all();
-        cuda::teardown();
+    /// # Safety
+    /// As `MPI_Init_thread`.
+    fn MPI_Init_thread(
+        argc: *mut c_int,
+        argv: *mut *mut *mut c_char,
+        required: c_int,
+        provided: *mut c_int,
+    ) on errors::world(), || () => {
+        let ask = if wants_multiple() {
+            // SAFETY: reading an immutable constant.
+            unsafe { mpi_sys::RSMPI_THREAD_MULTIPLE }.max(required)
+        } else {
+            required
+        };
+        // SAFETY: forwarded arguments; `provided` is the program's out-pointer.
+        unsafe { mpi_sys::PMPI_Init_thread(argc, argv, ask, provided) }
     }
-    // SAFETY: no arguments.
-    unsafe { mpi_sys::PMPI_Finalize() }
+
+    /// # Safety
+    /// As `MPI_Finalize`.
+    fn MPI_Finalize() on errors::world(), || () => {
+        if settings::get().enabled {
+            let _inside = settings::Inside::enter();
+            requests::finish_all();
+            comms::teardown_all();
+            cuda::teardown();
+        }
+        // SAFETY: no arguments.
+        unsafe { mpi_sys::PMPI_Finalize() }
+    }
 }

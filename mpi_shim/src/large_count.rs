@@ -1,5 +1,6 @@
 //! The MPI-4 large-count forms (`MPI_Allreduce_c` ...) of the collectives the shim
-//! intercepts.
+//! intercepts (`MPI_Pack_c` and the one-sided and MPI-IO `_c` forms are beside their
+//! C forms, in `pack.rs`, `onesided.rs` and `fileio.rs`).
 //!
 //! Open MPI 4.1 has no `PMPI_*_c`, yet recent mpi4py calls `MPI_Allreduce_c` whenever
 //! the symbol resolves (its wheels weak-call it), so the shim provides them: counts and
@@ -31,7 +32,7 @@ fn raise(comm: MPI_Comm, code: u32, what: &str) -> c_int {
 }
 
 /// A count as a C `int`, or `MPI_ERR_COUNT` raised on `comm`.
-fn narrow(value: MPI_Count, comm: MPI_Comm) -> Result<c_int, c_int> {
+pub(crate) fn narrow(value: MPI_Count, comm: MPI_Comm) -> Result<c_int, c_int> {
     c_int::try_from(value)
         .map_err(|_| raise(comm, ffi::MPI_ERR_COUNT, "a count does not fit a C int"))
 }
@@ -304,6 +305,45 @@ unsafe fn reduce_scatter_counts(
     let ranks = group_size(comm, Group::Local)?;
     // SAFETY: one entry per local rank, per the contract.
     unsafe { IntArrays::convert(recvcounts, std::ptr::null(), ranks, comm) }
+}
+
+/// The destinations and sources of `comm`'s topology: the lengths of a
+/// neighbourhood collective's send and receive arrays (none without a topology,
+/// which the C form then reports).
+fn neighbors(comm: MPI_Comm) -> (usize, usize) {
+    crate::collectives::degrees(comm).map_or((0, 0), |d| (d.destinations, d.sources))
+}
+
+/// A neighbourhood collective's send and receive arrays (either pair of pointers
+/// may be null where the call has no such array; displacements null: counts only).
+///
+/// # Safety
+/// The send arrays have one entry per destination, the receive arrays one per
+/// source of `comm`'s topology, where non-null.
+unsafe fn neighbor_args(
+    sendcounts: *const MPI_Count,
+    sdispls: *const MPI_Aint,
+    recvcounts: *const MPI_Count,
+    rdispls: *const MPI_Aint,
+    comm: MPI_Comm,
+) -> Result<(IntArrays, IntArrays), c_int> {
+    let (destinations, sources) = neighbors(comm);
+    let send = if sendcounts.is_null() {
+        IntArrays::unused()
+    } else {
+        // SAFETY: one entry per destination, per the contract.
+        unsafe { IntArrays::convert(sendcounts, sdispls, destinations, comm)? }
+    };
+    // SAFETY: one entry per source, per the contract.
+    let recv = unsafe { IntArrays::convert(recvcounts, rdispls, sources, comm)? };
+    Ok((send, recv))
+}
+
+/// A count of a call without a communicator (`MPI_Reduce_local_c`): its error
+/// goes to `MPI_COMM_WORLD`, as Open MPI reports the C form's.
+fn narrow_local(value: MPI_Count) -> Result<c_int, c_int> {
+    // SAFETY: reading an immutable handle constant.
+    narrow(value, unsafe { ffi::RSMPI_COMM_WORLD })
 }
 
 mod exports;

@@ -7,6 +7,7 @@
 
 use crate::errors;
 use crate::handles::is_in_place;
+use crate::misuse;
 use crate::native::{send_or_recv, Coll};
 use crate::route::{self, Facts, Native, Route};
 use crate::staging::{self, Region, Span};
@@ -21,8 +22,10 @@ pub enum Plan<const N: usize> {
     Pmpi,
     Failed(c_int),
     Native(Native, Coll, c_int),
-    /// Through pinned host memory: one region per buffer, in argument order.
-    Staged(i32, [Region; N]),
+    /// Through host copies (pinned ones of the buffers on this GPU; with
+    /// `None`, host test mode, plain ones): one region per buffer, in
+    /// argument order.
+    Staged(Option<i32>, [Region; N]),
 }
 
 /// The plan for the route of `f`: gpucoll's call from `native` (`None`: the
@@ -114,18 +117,101 @@ pub fn rank_size(comm: MPI_Comm) -> Option<(c_int, c_int)> {
     ok.then_some((rank, size))
 }
 
-/// This rank's part in a collective rooted at `root` whose root's own block
-/// is `own_buffer`: `(size of comm, is root, the root's block in place)`;
-/// `None` if MPI rejects `comm`.
-fn rooted(comm: MPI_Comm, root: c_int, own_buffer: *const c_void) -> Option<(c_int, bool, bool)> {
-    let (rank, size) = rank_size(comm)?;
-    let is_root = rank == root;
-    Some((size, is_root, is_root && is_in_place(own_buffer)))
+/// How many ranks the blocks of a collective on `comm` come from or go
+/// to: the remote group of an intercommunicator, else the communicator's
+/// size (0 if MPI rejects `comm`; MPI then reports it).
+pub fn peers(comm: MPI_Comm) -> c_int {
+    let (mut inter, mut n) = (0, 0);
+    // SAFETY: valid out-pointers; MPI validates the handle.
+    let ok = unsafe {
+        mpi_sys::PMPI_Comm_test_inter(comm, &mut inter) == 0
+            && if inter != 0 {
+                mpi_sys::PMPI_Comm_remote_size(comm, &mut n) == 0
+            } else {
+                mpi_sys::PMPI_Comm_size(comm, &mut n) == 0
+            }
+    };
+    if ok {
+        n
+    } else {
+        0
+    }
 }
 
-/// The size of `comm` for staging spans (0 if MPI rejects it).
-fn comm_size(comm: MPI_Comm) -> c_int {
-    rank_size(comm).map_or(0, |(_, s)| s)
+/// This rank's part in a collective with a root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rooted {
+    /// The blocks the root sends or receives: one per rank of the
+    /// communicator, or of the remote group of an intercommunicator.
+    pub peers: c_int,
+    /// The root's buffers (all blocks) are significant here: the root of
+    /// an intracommunicator, the `MPI_ROOT` rank of an intercommunicator.
+    pub root: bool,
+    /// This rank's own block is significant: every rank of an
+    /// intracommunicator, the ranks of an intercommunicator's other group
+    /// (not the root's group, whose other ranks pass `MPI_PROC_NULL`).
+    pub member: bool,
+    /// The root's own block is in place (intracommunicators only).
+    pub in_place: bool,
+}
+
+/// This rank's part in a collective rooted at `root` whose root's own block
+/// is `own_buffer`; `None` if MPI rejects `comm`.
+pub fn rooted(comm: MPI_Comm, root: c_int, own_buffer: *const c_void) -> Option<Rooted> {
+    let (rank, _) = rank_size(comm)?;
+    let mut inter = 0;
+    // SAFETY: a valid out-pointer; MPI accepted the handle above.
+    unsafe { mpi_sys::PMPI_Comm_test_inter(comm, &mut inter) };
+    // SAFETY: reading a link-time MPI constant.
+    let proc_null = unsafe { mpi_sys::RSMPI_PROC_NULL };
+    let mpi_root = mpi_sys::MPI_ROOT as c_int;
+    Some(rooted_part(
+        rank,
+        inter != 0,
+        root,
+        mpi_root,
+        proc_null,
+        peers(comm),
+        || is_in_place(own_buffer),
+    ))
+}
+
+/// [`rooted`] without MPI: this rank, whether the communicator is an
+/// intercommunicator, the root argument, MPI's `MPI_ROOT` and
+/// `MPI_PROC_NULL`, the peer count, and whether the own block is in place.
+fn rooted_part(
+    rank: c_int,
+    inter: bool,
+    root: c_int,
+    mpi_root: c_int,
+    proc_null: c_int,
+    peers: c_int,
+    in_place: impl FnOnce() -> bool,
+) -> Rooted {
+    if inter {
+        return Rooted {
+            peers,
+            root: root == mpi_root,
+            member: root != mpi_root && root != proc_null,
+            in_place: false,
+        };
+    }
+    let is_root = rank == root;
+    Rooted {
+        peers,
+        root: is_root,
+        member: true,
+        in_place: is_root && in_place(),
+    }
+}
+
+/// The null pointer where a buffer is not significant on this rank.
+fn if_significant<T>(significant: bool, p: *const T) -> *const T {
+    if significant {
+        p
+    } else {
+        std::ptr::null()
+    }
 }
 
 /// Blocks of `count` for each of `size` ranks, as a 64-bit count.
@@ -142,6 +228,9 @@ pub fn allreduce(
     op: MPI_Op,
     comm: MPI_Comm,
 ) -> Plan<2> {
+    if misuse::misplaced(call, &[recv.cast_const()]) {
+        return Plan::Pmpi;
+    }
     let buffers = [send, recv.cast_const()];
     let f = Facts {
         op: Some(op),
@@ -172,17 +261,21 @@ pub fn reduce(
     root: c_int,
     comm: MPI_Comm,
 ) -> Plan<2> {
-    let Some((rank, _)) = rank_size(comm) else {
+    let Some(part) = rooted(comm, root, send) else {
         return Plan::Pmpi;
     };
-    let is_root = rank == root;
-    let buffers = [send, if is_root { recv } else { std::ptr::null_mut() }];
+    if misuse::misplaced(call, &[if part.root { recv.cast_const() } else { send }]) {
+        return Plan::Pmpi;
+    }
+    let buffers = [
+        if_significant(part.member, send),
+        if_significant(part.root, recv.cast_const()),
+    ];
     let f = Facts {
         op: Some(op),
         root: Some(root),
         ..facts(call, comm, &buffers, count.into(), Some(dt))
     };
-    let in_place = is_in_place(send);
     plan(
         &f,
         || {
@@ -191,9 +284,9 @@ pub fn reduce(
             Some((Coll::Reduce { send, recv, root }, count))
         },
         || {
-            let s = staging::span(count.into(), dt)?;
-            let r = span_if(is_root, count.into(), dt)?;
-            Ok(send_recv(send, s, recv, r, in_place))
+            let s = span_if(part.member, count.into(), dt)?;
+            let r = span_if(part.root, count.into(), dt)?;
+            Ok(send_recv(send, s, recv, r, part.in_place))
         },
     )
 }
@@ -206,7 +299,13 @@ pub fn bcast(
     root: c_int,
     comm: MPI_Comm,
 ) -> Plan<1> {
-    let buffers = [buf.cast_const()];
+    let Some(part) = rooted(comm, root, std::ptr::null()) else {
+        return Plan::Pmpi;
+    };
+    if misuse::misplaced(call, &[buf.cast_const()]) {
+        return Plan::Pmpi;
+    }
+    let buffers = [if_significant(part.root || part.member, buf.cast_const())];
     let f = Facts {
         root: Some(root),
         ..facts(call, comm, &buffers, count.into(), Some(dt))
@@ -223,12 +322,14 @@ pub fn bcast(
             ))
         },
         || {
-            let span = staging::span(count.into(), dt)?;
+            let span = span_if(part.root || part.member, count.into(), dt)?;
+            // On an intercommunicator the MPI_ROOT rank only sends and the
+            // other group only receives.
             Ok([Region {
                 ptr: buf,
                 span,
-                read: true,
-                write: true,
+                read: part.root,
+                write: part.member,
             }])
         },
     )
@@ -272,6 +373,9 @@ pub fn all_ranks(
     rtype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> Plan<2> {
+    if misuse::misplaced(call, &[recv.cast_const()]) {
+        return Plan::Pmpi;
+    }
     let in_place = is_in_place(send);
     let (count, dt, same) = sides(in_place, scount, stype, rcount, rtype);
     let buffers = [send, recv.cast_const()];
@@ -290,7 +394,7 @@ pub fn all_ranks(
             Some((coll, count))
         },
         || {
-            let size = comm_size(comm);
+            let size = peers(comm);
             let send_blocks = match kind {
                 AllRanks::Gather => 1,
                 AllRanks::Exchange => size,
@@ -341,12 +445,18 @@ pub fn reduce_scatter_block(
     op: MPI_Op,
     comm: MPI_Comm,
 ) -> Plan<2> {
+    if misuse::misplaced(call, &[recv.cast_const()]) {
+        return Plan::Pmpi;
+    }
     let buffers = [send, recv.cast_const()];
     let f = Facts {
         op: Some(op),
         ..facts(call, comm, &buffers, rcount.into(), Some(dt))
     };
-    let totals = || (times(rcount, comm_size(comm)), rcount.into());
+    // An intercommunicator's send vector has one block per rank of the
+    // local group (the group the result is scattered over is the other).
+    let local = rank_size(comm).map_or(0, |(_, s)| s);
+    let totals = || (times(rcount, local), rcount.into());
     reduce_scatter_plan(&f, send, recv, rcount, dt, totals)
 }
 
@@ -364,6 +474,9 @@ pub unsafe fn reduce_scatter(
     op: MPI_Op,
     comm: MPI_Comm,
 ) -> Plan<2> {
+    if misuse::misplaced(call, &[recv.cast_const()]) {
+        return Plan::Pmpi;
+    }
     let Some((rank, size)) = rank_size(comm) else {
         return Plan::Pmpi;
     };
@@ -397,15 +510,24 @@ pub fn gather(
     root: c_int,
     comm: MPI_Comm,
 ) -> Plan<2> {
-    let Some((size, is_root, in_place)) = rooted(comm, root, send) else {
+    let Some(part) = rooted(comm, root, send) else {
         return Plan::Pmpi;
     };
-    let (count, dt, same) = if is_root {
-        sides(in_place, scount, stype, rcount, rtype)
-    } else {
-        (scount, stype, true)
+    if misuse::misplaced(call, &[if part.root { recv.cast_const() } else { send }]) {
+        return Plan::Pmpi;
+    }
+    let (count, dt, same) = match (part.root, part.member) {
+        (true, true) => sides(part.in_place, scount, stype, rcount, rtype),
+        (false, true) => (scount, stype, true),
+        // An intercommunicator's MPI_ROOT only receives; its group's other
+        // ranks take no part.
+        (true, false) => (rcount, rtype, true),
+        (false, false) => (0, stype, true),
     };
-    let buffers = [send, if is_root { recv } else { std::ptr::null_mut() }];
+    let buffers = [
+        if_significant(part.member, send),
+        if_significant(part.root, recv.cast_const()),
+    ];
     let f = Facts {
         root: Some(root),
         same_shape: same,
@@ -418,9 +540,9 @@ pub fn gather(
             Some((Coll::Gather { send, recv, root }, count))
         },
         || {
-            let ss = span_if(!in_place, scount.into(), stype)?;
-            let rs = span_if(is_root, times(rcount, size), rtype)?;
-            Ok(send_recv(send, ss, recv, rs, in_place))
+            let ss = span_if(part.member && !part.in_place, scount.into(), stype)?;
+            let rs = span_if(part.root, times(rcount, part.peers), rtype)?;
+            Ok(send_recv(send, ss, recv, rs, part.in_place))
         },
     )
 }
@@ -437,17 +559,25 @@ pub fn scatter(
     root: c_int,
     comm: MPI_Comm,
 ) -> Plan<2> {
-    let Some((size, is_root, in_place)) = rooted(comm, root, recv) else {
+    let Some(part) = rooted(comm, root, recv) else {
         return Plan::Pmpi;
     };
-    let (count, dt, same) = if in_place {
-        (scount, stype, true)
-    } else if is_root {
-        (rcount, rtype, scount == rcount && stype == rtype)
-    } else {
-        (rcount, rtype, true)
+    if misuse::misplaced(call, &[if part.root { send } else { recv.cast_const() }]) {
+        return Plan::Pmpi;
+    }
+    let in_place = part.in_place;
+    let (count, dt, same) = match (part.root, part.member) {
+        _ if in_place => (scount, stype, true),
+        (true, true) => (rcount, rtype, scount == rcount && stype == rtype),
+        (false, true) => (rcount, rtype, true),
+        // An intercommunicator's MPI_ROOT only sends.
+        (true, false) => (scount, stype, true),
+        (false, false) => (0, rtype, true),
     };
-    let buffers = [if is_root { send } else { std::ptr::null() }, recv];
+    let buffers = [
+        if_significant(part.root, send),
+        if_significant(part.member, recv.cast_const()),
+    ];
     let f = Facts {
         root: Some(root),
         same_shape: same,
@@ -461,8 +591,8 @@ pub fn scatter(
             Some((Coll::Scatter { send, recv, root }, count))
         },
         || {
-            let ss = span_if(is_root, times(scount, size), stype)?;
-            let rs = span_if(!in_place, rcount.into(), rtype)?;
+            let ss = span_if(part.root, times(scount, part.peers), stype)?;
+            let rs = span_if(part.member && !in_place, rcount.into(), rtype)?;
             Ok(send_recv(send, ss, recv, rs, false))
         },
     )
@@ -484,6 +614,33 @@ mod tests {
         assert_eq!(times(3, 4), 12);
         assert_eq!(times(i32::MAX, 4), 4 * i64::from(i32::MAX));
         assert_eq!(times(5, -1), 0);
+    }
+
+    #[test]
+    fn roots_of_intercommunicators() {
+        let (root, null) = (-4, -2);
+        let part = |rank, inter, r| rooted_part(rank, inter, r, root, null, 5, || true);
+        // Intracommunicator: every rank is a member, the root also the root.
+        assert_eq!(
+            part(1, false, 1),
+            Rooted {
+                peers: 5,
+                root: true,
+                member: true,
+                in_place: true
+            }
+        );
+        assert!(!part(0, false, 1).root && part(0, false, 1).member);
+        assert!(!part(0, false, 1).in_place);
+        // Intercommunicator: MPI_ROOT holds all remote blocks, MPI_PROC_NULL
+        // nothing, the other group its own block; never in place.
+        let r = part(0, true, root);
+        assert!(r.root && !r.member && !r.in_place && r.peers == 5);
+        let n = part(0, true, null);
+        assert!(!n.root && !n.member);
+        let m = part(3, true, 0);
+        assert!(!m.root && m.member && !m.in_place);
+        assert!(if_significant(false, 8usize as *const u8).is_null());
     }
 
     #[test]

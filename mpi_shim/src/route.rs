@@ -2,9 +2,11 @@
 //! arguments MPI should judge), to gpucoll (device memory, a predefined type
 //! and op gpucoll has, an intracommunicator of more than one rank), or
 //! staged through pinned host memory to `PMPI_` (device memory gpucoll
-//! cannot take).
+//! cannot take, intercommunicators). In host test mode host memory takes
+//! the device memory's way (gpucoll's host backend, or staged through
+//! plain host copies).
 
-use crate::comms::{self, CommEntry};
+use crate::comms::{self, CommEntry, Signature};
 use crate::cuda;
 use crate::errors;
 use crate::handles::{self, NativeType};
@@ -34,6 +36,7 @@ pub struct Facts<'a> {
 }
 
 pub struct Native {
+    pub entry: Arc<CommEntry>,
     pub comm: Communicator,
     pub dtype: Datatype,
     pub op: ReduceOp,
@@ -44,7 +47,9 @@ pub struct Native {
 pub enum Route {
     Pmpi,
     Native(Native),
-    Staged(i32),
+    /// Through host copies: pinned ones of the buffers on this GPU, or
+    /// (`None`, host test mode) plain ones of every buffer.
+    Staged(Option<i32>),
     /// The call failed before reaching anyone; the code was raised already.
     Failed(c_int),
 }
@@ -71,14 +76,17 @@ pub fn log(call: &str, route: &str, why: &str) {
 
 enum Tentative {
     Pmpi(&'static str),
-    Refused(&'static str),
-    Staged(i32, &'static str),
+    Staged(Option<i32>, &'static str),
     Native(Arc<CommEntry>, NativeType, ReduceOp),
 }
 
+/// A call gpucoll cannot take: device memory is staged; host memory goes
+/// to MPI as it is, except in host test mode, where it is staged through
+/// host copies as device memory would be.
 fn fallback(device: Option<i32>, why: &'static str) -> Tentative {
     match device {
-        Some(d) => Tentative::Staged(d, why),
+        Some(d) => Tentative::Staged(Some(d), why),
+        None if settings::get().host_mode => Tentative::Staged(None, why),
         None => Tentative::Pmpi(why),
     }
 }
@@ -89,14 +97,10 @@ fn tentative(f: &Facts, device: Option<i32>, entry: Option<&Arc<CommEntry>>) -> 
         None => return Tentative::Pmpi("communicator rejected by MPI"),
     };
     if entry.inter {
-        // Staging would need the remote group's layouts (MPI_ROOT,
-        // remote-size blocks); refusing is safer than a wrong copy.
-        return match device {
-            Some(_) => Tentative::Refused(
-                "device buffers on an intercommunicator are not supported by gpucoll_mpi",
-            ),
-            None => Tentative::Pmpi("intercommunicator"),
-        };
+        // gpucoll has no intercommunicators; the plans stage what each
+        // rank's part of the call (MPI_ROOT, MPI_PROC_NULL, remote-group
+        // blocks) makes significant.
+        return fallback(device, "intercommunicator");
     }
     if !entry.eligible {
         return fallback(device, "single-rank communicator");
@@ -125,7 +129,35 @@ fn tentative(f: &Facts, device: Option<i32>, entry: Option<&Arc<CommEntry>>) -> 
     if f.count > i64::from(i32::MAX) {
         return fallback(device, "count");
     }
+    if STARTING.with(|s| s.get()) && !entry.guarded() {
+        // Creating gpucoll's communicator is collective and blocking: a
+        // nonblocking call must not wait for its peers there (they may be
+        // starting another communicator's call first, which MPI allows).
+        // Until a blocking collective created it, nonblocking calls go to
+        // MPI's nonblocking form, staged.
+        return fallback(
+            device,
+            "nonblocking, before the communicator's first blocking collective",
+        );
+    }
     Tentative::Native(entry.clone(), nt, op)
+}
+
+thread_local! {
+    /// Set while a nonblocking call is routed (`starting`).
+    static STARTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Route the nonblocking call that `plan` plans.
+pub fn starting<T>(plan: impl FnOnce() -> T) -> T {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            STARTING.with(|s| s.set(self.0));
+        }
+    }
+    let _reset = Reset(STARTING.with(|s| s.replace(true)));
+    plan()
 }
 
 /// From the element-wise maximum of every rank's `[native, -native]`
@@ -166,6 +198,18 @@ fn agree(comm: MPI_Comm, native: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// This rank's call as the handshake that creates the gpucoll
+/// communicator compares it.
+fn signature(f: &Facts, nt: NativeType, op: ReduceOp) -> Signature {
+    Signature {
+        call: f.call,
+        count: f.count,
+        dtype: nt.dtype.name(),
+        op: if f.op.is_some() { op.name() } else { "" },
+        root: f.root.map_or(-1, i64::from),
+    }
+}
+
 /// Decide the route of one call (creating the gpucoll communicator if this
 /// is its first routed collective).
 pub fn decide(f: &Facts) -> Route {
@@ -199,15 +243,12 @@ pub fn decide(f: &Facts) -> Route {
             log(f.call, "pmpi", why);
             Route::Pmpi
         }
-        Tentative::Refused(why) => {
-            errors::log_failure(f.call, why);
-            Route::Failed(errors::raise(f.comm, mpi_sys::MPI_ERR_COMM as c_int))
-        }
         Tentative::Staged(d, why) => {
             log(f.call, "staged", why);
             Route::Staged(d)
         }
-        Tentative::Native(entry, nt, op) => match entry.communicator(device) {
+        Tentative::Native(entry, nt, op) => match entry.communicator(device, &signature(f, nt, op))
+        {
             Ok(comm) => {
                 if settings::get().log {
                     let where_ = match device {
@@ -217,13 +258,14 @@ pub fn decide(f: &Facts) -> Route {
                     log(f.call, "gpucoll", &format!("{}, {where_}", nt.dtype.name()));
                 }
                 Route::Native(Native {
+                    entry,
                     comm,
                     dtype: nt.dtype,
                     op,
                     device,
                 })
             }
-            Err(e) => Route::Failed(errors::fail(f.comm, f.call, &e)),
+            Err(code) => Route::Failed(code),
         },
     }
 }

@@ -1,8 +1,11 @@
 //! Device memory gpucoll cannot take (derived datatypes, pair types,
-//! MAXLOC/MINLOC, user ops, single-rank communicators,
+//! MAXLOC/MINLOC, user ops, single-rank communicators, intercommunicators,
 //! uneven v-forms): copied to pinned host memory, handed to `PMPI_` as host
-//! buffers, and the results copied back. Correct on an MPI that knows
-//! nothing about GPUs.
+//! buffers, and the results copied back (at once for a blocking call; at
+//! completion for a nonblocking one, `pmpi_work.rs`). Correct on an MPI
+//! that knows nothing about GPUs. In host test mode (`GPUCOLL_SHIM_HOST=1`)
+//! host buffers take the same path through plain host copies, so the spans
+//! are tested without a GPU.
 //!
 //! Each staged buffer covers the bytes its (counts, displacements,
 //! datatype) can touch, gaps included, so a receive buffer with gaps is
@@ -137,6 +140,7 @@ pub unsafe fn span_v(
 }
 
 /// One buffer of a staged call.
+#[derive(Clone, Copy)]
 pub struct Region {
     pub ptr: *const c_void,
     pub span: Span,
@@ -146,65 +150,164 @@ pub struct Region {
     pub write: bool,
 }
 
-/// Stage the device regions through pinned memory, run `call_pmpi` with the
-/// host addresses (in region order; host, null and `MPI_IN_PLACE` regions
-/// pass unchanged), then copy written regions back.
+/// The host copy of one region.
+enum Copy {
+    Pinned(cuda::Pinned),
+    /// Host test mode: plain host memory (u64 words keep MPI's unpacking
+    /// aligned).
+    Host(Vec<u64>),
+}
+
+impl Copy {
+    fn ptr(&self) -> *mut c_void {
+        match self {
+            Copy::Pinned(p) => p.ptr(),
+            Copy::Host(v) => v.as_ptr() as *mut c_void,
+        }
+    }
+}
+
+/// The regions of one call and their host copies, from [`stage_in`] until
+/// [`Staged::finish`] (or [`Staged::leak`] when MPI may still use them).
+pub struct Staged<const N: usize> {
+    /// The GPU of the device regions (`None`: host test mode, every region
+    /// copied through plain host memory).
+    device: Option<i32>,
+    regions: [Region; N],
+    copies: Vec<Option<Copy>>,
+    /// What MPI gets: the copies, shifted as the program's addresses are
+    /// relative to their spans; regions not copied as they are.
+    ptrs: [*mut c_void; N],
+}
+
+// SAFETY: the raw pointers are addresses of the program's buffers and of
+// host copies owned by this value; moving it to another thread moves that
+// ownership (a request completed on another thread).
+unsafe impl<const N: usize> Send for Staged<N> {}
+// SAFETY: shared access only reads the addresses.
+unsafe impl<const N: usize> Sync for Staged<N> {}
+
+fn len_of(r: &Region) -> usize {
+    (r.span.hi - r.span.lo).max(0) as usize
+}
+
+/// Copy the regions MPI will read (and those it writes only in part) to
+/// host memory: pinned memory from the pool for device regions (host
+/// regions stay as they are), plain host memory for every region in host
+/// test mode (`device` `None`). Null and `MPI_IN_PLACE` regions pass.
 ///
 /// # Safety
 /// Each region is valid for its span (the MPI caller's promise).
-pub unsafe fn run<const N: usize>(
-    device: i32,
-    comm: MPI_Comm,
-    call: &str,
-    regions: &[Region; N],
-    call_pmpi: impl FnOnce([*mut c_void; N]) -> c_int,
-) -> c_int {
-    let fail = |msg: String| errors::fail(comm, call, &Error::Backend(msg));
-    let _ctx = match CtxGuard::bind(device) {
-        Ok(g) => g,
-        Err(e) => return fail(e),
+pub unsafe fn stage_in<const N: usize>(
+    device: Option<i32>,
+    regions: [Region; N],
+) -> Result<Staged<N>, String> {
+    let _ctx = device.map(CtxGuard::bind).transpose()?;
+    let mut staged = Staged {
+        device,
+        regions,
+        copies: Vec::with_capacity(N),
+        ptrs: [std::ptr::null_mut(); N],
     };
-    let mut stages = Vec::with_capacity(N);
-    let mut ptrs = [std::ptr::null_mut(); N];
-    for (r, ptr) in regions.iter().zip(ptrs.iter_mut()) {
-        let len = (r.span.hi - r.span.lo).max(0) as usize;
-        let on_device = len > 0 && !handles::is_in_place(r.ptr) && cuda::device_of(r.ptr).is_some();
-        if !on_device {
-            stages.push(None);
-            *ptr = r.ptr.cast_mut();
+    for (k, r) in regions.iter().enumerate() {
+        let len = len_of(r);
+        let copy = len > 0
+            && !r.ptr.is_null()
+            && !handles::is_in_place(r.ptr)
+            && (device.is_none() || cuda::device_of(r.ptr).is_some());
+        if !copy {
+            staged.copies.push(None);
+            staged.ptrs[k] = r.ptr.cast_mut();
             continue;
         }
-        let pinned = match cuda::take_pinned(len) {
-            Ok(p) => p,
-            Err(e) => return fail(e),
+        let src = r.ptr.wrapping_byte_offset(r.span.lo);
+        let fill = r.read || (r.write && !r.span.dense);
+        let c = match device {
+            None => {
+                let v = vec![0u64; len.div_ceil(8)];
+                if fill {
+                    // SAFETY: the program's buffer spans `len` bytes from
+                    // `src` (the caller's contract); `v` holds at least `len`.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(src as *const u8, v.as_ptr() as *mut u8, len)
+                    };
+                }
+                Copy::Host(v)
+            }
+            Some(_) => {
+                let pinned = cuda::take_pinned(len)?;
+                if fill {
+                    // SAFETY: `src` spans `len` device bytes (the caller's
+                    // contract), the pinned buffer at least `len` host bytes.
+                    if let Err(e) = unsafe { cuda::copy_to_host(pinned.ptr(), src, len) } {
+                        cuda::give_pinned(pinned);
+                        staged.finish(false).ok();
+                        return Err(e);
+                    }
+                }
+                Copy::Pinned(pinned)
+            }
         };
-        let dev = r.ptr.wrapping_byte_offset(r.span.lo);
-        if r.read || (r.write && !r.span.dense) {
-            // SAFETY: `dev` spans `len` device bytes (caller), the pinned
-            // buffer at least `len` host bytes.
-            if let Err(e) = unsafe { cuda::copy_to_host(pinned.ptr(), dev, len) } {
-                cuda::give_pinned(pinned);
-                return fail(e);
+        staged.ptrs[k] = c.ptr().wrapping_byte_offset(-r.span.lo);
+        staged.copies.push(Some(c));
+    }
+    Ok(staged)
+}
+
+impl<const N: usize> Staged<N> {
+    /// The buffers to hand to MPI, in region order.
+    pub fn ptrs(&self) -> [*mut c_void; N] {
+        self.ptrs
+    }
+
+    /// MPI is done with the copies: copy the regions it wrote back into the
+    /// program's buffers (`write_back`: the call succeeded) and return the
+    /// copies to the pool.
+    pub fn finish(mut self, write_back: bool) -> Result<(), String> {
+        let _ctx = match self.device.map(CtxGuard::bind).transpose() {
+            Ok(g) => g,
+            Err(e) => {
+                // Without the context the pinned memory cannot go back.
+                self.leak();
+                return Err(e);
+            }
+        };
+        let mut result = Ok(());
+        for (r, c) in self.regions.iter().zip(std::mem::take(&mut self.copies)) {
+            let Some(c) = c else { continue };
+            if write_back && r.write {
+                let len = len_of(r);
+                let dst = r.ptr.wrapping_byte_offset(r.span.lo) as *mut c_void;
+                match &c {
+                    // SAFETY: as in `stage_in`, the other way.
+                    Copy::Host(v) => unsafe {
+                        std::ptr::copy_nonoverlapping(v.as_ptr() as *const u8, dst as *mut u8, len)
+                    },
+                    Copy::Pinned(p) => {
+                        // SAFETY: as in `stage_in`, the other way.
+                        if let Err(e) = unsafe { cuda::copy_to_device(dst, p.ptr(), len) } {
+                            result = Err(e);
+                        }
+                    }
+                }
+            }
+            if let Copy::Pinned(p) = c {
+                cuda::give_pinned(p);
             }
         }
-        *ptr = pinned.ptr().wrapping_byte_offset(-r.span.lo);
-        stages.push(Some(pinned));
+        result
     }
-    let rc = call_pmpi(ptrs);
-    let mut result = rc;
-    for (r, stage) in regions.iter().zip(stages) {
-        let Some(pinned) = stage else { continue };
-        if rc == 0 && r.write {
-            let len = (r.span.hi - r.span.lo) as usize;
-            let dev = r.ptr.wrapping_byte_offset(r.span.lo) as *mut c_void;
-            // SAFETY: as for the copy in.
-            if let Err(e) = unsafe { cuda::copy_to_device(dev, pinned.ptr(), len) } {
-                result = fail(e);
-            }
-        }
-        cuda::give_pinned(pinned);
+
+    /// MPI may still write the copies (a request that never completed):
+    /// they are never freed or reused.
+    pub fn leak(mut self) {
+        std::mem::forget(std::mem::take(&mut self.copies));
     }
-    result
+}
+
+/// A failed staging step of `call`: logged, raised on `comm`.
+pub fn fail(comm: MPI_Comm, call: &str, msg: String) -> c_int {
+    errors::fail(comm, call, &Error::Backend(msg))
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The collectives from Fortran, blocking and nonblocking: every argument
 //! converted by its kind, then the C function; a nonblocking call hands its
-//! request back as its Fortran index.
+//! request back as its Fortran index. (Those with datatype arrays, and
+//! `MPI_Reduce_local` and the pack calls, are in `staged.rs`.)
 
 use std::ffi::{c_int, c_void};
 
@@ -53,6 +54,15 @@ macro_rules! fortran_collective {
             ($($arg: $kind),*)
         }
 
+        fortran_collective! {
+            nonblocking $iname => $ic as $iupper, $ilower;
+            ($($arg: $kind),*)
+        }
+    };
+    (
+        nonblocking $iname:ident => $ic:ident as $iupper:literal, $ilower:literal;
+        ($($arg:ident: $kind:ident),* $(,)?)
+    ) => {
         #[allow(clippy::too_many_arguments)]
         unsafe fn $iname(
             $($arg: fortran_type!($kind),)*
@@ -218,5 +228,104 @@ fortran_collective! {
     (
         sendbuf: buffer, sendcounts: ints, displs: ints, sendtype: datatype,
         recvbuf: buffer, recvcount: int, recvtype: datatype, root: int,
+    )
+}
+
+fortran_collective! {
+    scan => MPI_Scan as "MPI_SCAN", "mpi_scan";
+    iscan => MPI_Iscan as "MPI_ISCAN", "mpi_iscan";
+    (sendbuf: buffer, recvbuf: buffer, count: int, dtype: datatype, reduce_op: op)
+}
+
+fortran_collective! {
+    exscan => MPI_Exscan as "MPI_EXSCAN", "mpi_exscan";
+    iexscan => MPI_Iexscan as "MPI_IEXSCAN", "mpi_iexscan";
+    (sendbuf: buffer, recvbuf: buffer, count: int, dtype: datatype, reduce_op: op)
+}
+
+fortran_collective! {
+    nonblocking ireduce_scatter => MPI_Ireduce_scatter
+        as "MPI_IREDUCE_SCATTER", "mpi_ireduce_scatter";
+    (sendbuf: buffer, recvbuf: buffer, recvcounts: ints, dtype: datatype, reduce_op: op)
+}
+
+fortran_collective! {
+    nonblocking iallgatherv => MPI_Iallgatherv as "MPI_IALLGATHERV", "mpi_iallgatherv";
+    (
+        sendbuf: buffer, sendcount: int, sendtype: datatype,
+        recvbuf: buffer, recvcounts: ints, displs: ints, recvtype: datatype,
+    )
+}
+
+fortran_collective! {
+    nonblocking ialltoallv => MPI_Ialltoallv as "MPI_IALLTOALLV", "mpi_ialltoallv";
+    (
+        sendbuf: buffer, sendcounts: ints, sdispls: ints, sendtype: datatype,
+        recvbuf: buffer, recvcounts: ints, rdispls: ints, recvtype: datatype,
+    )
+}
+
+fortran_collective! {
+    nonblocking igatherv => MPI_Igatherv as "MPI_IGATHERV", "mpi_igatherv";
+    (
+        sendbuf: buffer, sendcount: int, sendtype: datatype,
+        recvbuf: buffer, recvcounts: ints, displs: ints, recvtype: datatype, root: int,
+    )
+}
+
+fortran_collective! {
+    nonblocking iscatterv => MPI_Iscatterv as "MPI_ISCATTERV", "mpi_iscatterv";
+    (
+        sendbuf: buffer, sendcounts: ints, displs: ints, sendtype: datatype,
+        recvbuf: buffer, recvcount: int, recvtype: datatype, root: int,
+    )
+}
+
+fortran_collective! {
+    nonblocking ibarrier => MPI_Ibarrier as "MPI_IBARRIER", "mpi_ibarrier";
+    ()
+}
+
+fortran_collective! {
+    neighbor_allgather => MPI_Neighbor_allgather
+        as "MPI_NEIGHBOR_ALLGATHER", "mpi_neighbor_allgather";
+    ineighbor_allgather => MPI_Ineighbor_allgather
+        as "MPI_INEIGHBOR_ALLGATHER", "mpi_ineighbor_allgather";
+    (
+        sendbuf: buffer, sendcount: int, sendtype: datatype,
+        recvbuf: buffer, recvcount: int, recvtype: datatype,
+    )
+}
+
+fortran_collective! {
+    neighbor_allgatherv => MPI_Neighbor_allgatherv
+        as "MPI_NEIGHBOR_ALLGATHERV", "mpi_neighbor_allgatherv";
+    ineighbor_allgatherv => MPI_Ineighbor_allgatherv
+        as "MPI_INEIGHBOR_ALLGATHERV", "mpi_ineighbor_allgatherv";
+    (
+        sendbuf: buffer, sendcount: int, sendtype: datatype,
+        recvbuf: buffer, recvcounts: ints, displs: ints, recvtype: datatype,
+    )
+}
+
+fortran_collective! {
+    neighbor_alltoall => MPI_Neighbor_alltoall
+        as "MPI_NEIGHBOR_ALLTOALL", "mpi_neighbor_alltoall";
+    ineighbor_alltoall => MPI_Ineighbor_alltoall
+        as "MPI_INEIGHBOR_ALLTOALL", "mpi_ineighbor_alltoall";
+    (
+        sendbuf: buffer, sendcount: int, sendtype: datatype,
+        recvbuf: buffer, recvcount: int, recvtype: datatype,
+    )
+}
+
+fortran_collective! {
+    neighbor_alltoallv => MPI_Neighbor_alltoallv
+        as "MPI_NEIGHBOR_ALLTOALLV", "mpi_neighbor_alltoallv";
+    ineighbor_alltoallv => MPI_Ineighbor_alltoallv
+        as "MPI_INEIGHBOR_ALLTOALLV", "mpi_ineighbor_alltoallv";
+    (
+        sendbuf: buffer, sendcounts: ints, sdispls: ints, sendtype: datatype,
+        recvbuf: buffer, recvcounts: ints, rdispls: ints, recvtype: datatype,
     )
 }

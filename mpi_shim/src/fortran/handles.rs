@@ -127,6 +127,27 @@ pub(crate) unsafe fn set_ierror(ierror: *mut Fint, code: c_int) {
     }
 }
 
+/// A binding's last argument, where a caught panic stores its error code:
+/// `IERROR` (an `INTEGER`), or, for bindings with `CHARACTER` arguments,
+/// the hidden length Fortran passes after `IERROR`, which has no room for a
+/// code (the error still goes to `MPI_COMM_WORLD`'s handler).
+pub(crate) trait LastArg {
+    /// # Safety
+    /// An `IERROR` pointer is null or points to a writable `INTEGER`.
+    unsafe fn store_error(self, code: c_int);
+}
+
+impl LastArg for *mut Fint {
+    unsafe fn store_error(self, code: c_int) {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { set_ierror(self, code) }
+    }
+}
+
+impl LastArg for usize {
+    unsafe fn store_error(self, _code: c_int) {}
+}
+
 /// A Fortran `LOGICAL` from a C flag.
 pub(crate) fn logical(flag: c_int) -> Fint {
     if flag != 0 {

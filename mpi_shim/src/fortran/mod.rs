@@ -1,5 +1,6 @@
 //! Fortran entry points (mpif.h, `use mpi`, `use mpi_f08`) for every MPI function the
-//! shim intercepts.
+//! shim intercepts: the collectives, point-to-point (`p2p`), the completion calls and
+//! the lifecycle.
 //!
 //! Open MPI's own Fortran wrappers (`ompi_allreduce_f` in libmpi_mpifh, which
 //! `mpi_allreduce_f08_` in libmpi_usempif08 calls too) convert the handles and then call
@@ -54,15 +55,48 @@ macro_rules! export_symbol {
             #[allow(clippy::too_many_arguments)]
             unsafe extern "C" fn entry($($arg: $ty),*) {
                 tracing::debug!(target: "gpucoll_mpi::fortran", "Fortran {}", $symbol);
-                // SAFETY: a Fortran caller passes the arguments this binding declares,
-                // each by reference to storage valid for the call.
-                unsafe { $name($($arg),*) }
+                // A panic never unwinds into Fortran: it becomes MPI_ERR_INTERN
+                // in IERROR (the binding's last argument, unless a hidden CHARACTER
+                // length follows it) and through
+                // MPI_COMM_WORLD's error handler.
+                let code = $crate::errors::guarded(
+                    $symbol,
+                    $crate::errors::world(),
+                    || (),
+                    || {
+                        // SAFETY: a Fortran caller passes the arguments this binding
+                        // declares, each by reference to storage valid for the call.
+                        unsafe { $name($($arg),*) };
+                        0
+                    },
+                );
+                if code != 0 {
+                    // SAFETY: IERROR is null or a writable INTEGER.
+                    unsafe {
+                        $crate::fortran::handles::LastArg::store_error(last_arg!($($arg),*), code)
+                    };
+                }
             }
         };
     };
 }
 
+/// The last of a binding's arguments (its `IERROR`).
+macro_rules! last_arg {
+    ($a:ident) => {
+        $a
+    };
+    ($a:ident, $($rest:ident),+) => {
+        last_arg!($($rest),+)
+    };
+}
+
+#[macro_use]
+mod calls;
 mod collectives;
 mod completion;
 pub(crate) mod handles;
 mod lifecycle;
+mod p2p;
+mod refused;
+mod staged;

@@ -8,8 +8,8 @@ use mpi_sys as ffi;
 use mpi_sys::{MPI_Aint, MPI_Comm, MPI_Count, MPI_Datatype, MPI_Op, MPI_Request};
 
 use super::{
-    all_counts, allgatherv_args, alltoallv_args, narrow, reduce_scatter_counts, rooted_counts,
-    rooted_v_args,
+    all_counts, allgatherv_args, alltoallv_args, narrow, narrow_local, neighbor_args,
+    reduce_scatter_counts, rooted_counts, rooted_v_args,
 };
 
 /// Exports the large-count forms of one collective: `$name` (blocking) and
@@ -28,11 +28,13 @@ macro_rules! large_count {
         /// As the MPI-4 standard requires of the function's arguments.
         #[no_mangle]
         pub unsafe extern "C" fn $name($($param: $ty,)+ comm: MPI_Comm) -> c_int {
-            // SAFETY: the caller's arguments (count arrays with one entry per
-            // peer where MPI reads them), forwarded with the counts narrowed
-            // losslessly.
-            unsafe { $convert($($input,)+ comm).map(|$narrowed| ffi::$c($($arg,)+ comm)) }
-                .unwrap_or_else(|code| code)
+            crate::errors::guarded(stringify!($name), comm, || (), || {
+                // SAFETY: the caller's arguments (count arrays with one entry
+                // per peer where MPI reads them), forwarded with the counts
+                // narrowed losslessly.
+                unsafe { $convert($($input,)+ comm).map(|$narrowed| ffi::$c($($arg,)+ comm)) }
+                    .unwrap_or_else(|code| code)
+            })
         }
 
         /// # Safety
@@ -43,12 +45,27 @@ macro_rules! large_count {
             comm: MPI_Comm,
             request: *mut MPI_Request,
         ) -> c_int {
-            // SAFETY: as for the blocking form; converted count arrays live
-            // only for the call, which the module doc of `large_count` allows.
-            unsafe {
-                $convert($($input,)+ comm).map(|$narrowed| ffi::$ic($($arg,)+ comm, request))
+            let null = || {
+                if !request.is_null() {
+                    // SAFETY: `request` is writable (MPI's contract).
+                    unsafe { *request = ffi::RSMPI_REQUEST_NULL };
+                }
+            };
+            let code = crate::errors::guarded(stringify!($iname), comm, null, || {
+                // SAFETY: as for the blocking form; converted count arrays
+                // live only for the call, which the module doc of
+                // `large_count` allows.
+                unsafe {
+                    $convert($($input,)+ comm).map(|$narrowed| ffi::$ic($($arg,)+ comm, request))
+                }
+                .unwrap_or_else(|code| code)
+            });
+            // A failed start (a count that does not fit included) leaves no
+            // request behind.
+            if code != 0 {
+                null();
             }
-            .unwrap_or_else(|code| code)
+            code
         }
     };
 }
@@ -186,4 +203,136 @@ large_count! {
     )
     let (recvcount, send) = rooted_v_args(recvbuf, recvcount, sendcounts, displs, root);
     (sendbuf, send.counts(), send.displs(), sendtype, recvbuf, recvcount, recvtype, root)
+}
+
+large_count! {
+    MPI_Scan_c => MPI_Scan, MPI_Iscan_c => MPI_Iscan;
+    (
+        sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype,
+        op: MPI_Op,
+    )
+    let count = narrow(count);
+    (sendbuf, recvbuf, count, datatype, op)
+}
+
+large_count! {
+    MPI_Exscan_c => MPI_Exscan, MPI_Iexscan_c => MPI_Iexscan;
+    (
+        sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype,
+        op: MPI_Op,
+    )
+    let count = narrow(count);
+    (sendbuf, recvbuf, count, datatype, op)
+}
+
+/// # Safety
+/// As the MPI-4 standard requires of the function's arguments.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Reduce_local_c(
+    inbuf: *const c_void,
+    inoutbuf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+) -> c_int {
+    // SAFETY: the caller's arguments, the count narrowed losslessly.
+    narrow_local(count)
+        .map(|count| unsafe { ffi::MPI_Reduce_local(inbuf, inoutbuf, count, datatype, op) })
+        .unwrap_or_else(|code| code)
+}
+
+large_count! {
+    MPI_Alltoallw_c => MPI_Alltoallw, MPI_Ialltoallw_c => MPI_Ialltoallw;
+    (
+        sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint,
+        sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count,
+        rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype,
+    )
+    let (send, recv) = alltoallv_args(sendbuf, sendcounts, sdispls, recvcounts, rdispls);
+    (
+        sendbuf, send.counts(), send.displs(), sendtypes,
+        recvbuf, recv.counts(), recv.displs(), recvtypes,
+    )
+}
+
+large_count! {
+    MPI_Neighbor_allgather_c => MPI_Neighbor_allgather,
+    MPI_Ineighbor_allgather_c => MPI_Ineighbor_allgather;
+    (
+        sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype,
+        recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype,
+    )
+    let (sendcount, recvcount) = all_counts(sendbuf, sendcount, recvcount);
+    (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype)
+}
+
+large_count! {
+    MPI_Neighbor_allgatherv_c => MPI_Neighbor_allgatherv,
+    MPI_Ineighbor_allgatherv_c => MPI_Ineighbor_allgatherv;
+    (
+        sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype,
+        recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint,
+        recvtype: MPI_Datatype,
+    )
+    let (sendcount, (_, recv)) = neighbor_allgatherv_args(sendcount, recvcounts, displs);
+    (sendbuf, sendcount, sendtype, recvbuf, recv.counts(), recv.displs(), recvtype)
+}
+
+/// Neighbor_allgatherv's send count and receive arrays (one entry per source).
+///
+/// # Safety
+/// `recvcounts` and `displs` have one entry per source of `comm`'s topology.
+unsafe fn neighbor_allgatherv_args(
+    sendcount: MPI_Count,
+    recvcounts: *const MPI_Count,
+    displs: *const MPI_Aint,
+    comm: MPI_Comm,
+) -> Result<(std::ffi::c_int, (super::IntArrays, super::IntArrays)), std::ffi::c_int> {
+    let sendcount = narrow(sendcount, comm)?;
+    // SAFETY: per the contract.
+    let arrays =
+        unsafe { neighbor_args(std::ptr::null(), std::ptr::null(), recvcounts, displs, comm)? };
+    Ok((sendcount, arrays))
+}
+
+large_count! {
+    MPI_Neighbor_alltoall_c => MPI_Neighbor_alltoall,
+    MPI_Ineighbor_alltoall_c => MPI_Ineighbor_alltoall;
+    (
+        sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype,
+        recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype,
+    )
+    let (sendcount, recvcount) = all_counts(sendbuf, sendcount, recvcount);
+    (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype)
+}
+
+large_count! {
+    MPI_Neighbor_alltoallv_c => MPI_Neighbor_alltoallv,
+    MPI_Ineighbor_alltoallv_c => MPI_Ineighbor_alltoallv;
+    (
+        sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint,
+        sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count,
+        rdispls: *const MPI_Aint, recvtype: MPI_Datatype,
+    )
+    let (send, recv) = neighbor_args(sendcounts, sdispls, recvcounts, rdispls);
+    (
+        sendbuf, send.counts(), send.displs(), sendtype,
+        recvbuf, recv.counts(), recv.displs(), recvtype,
+    )
+}
+
+large_count! {
+    MPI_Neighbor_alltoallw_c => MPI_Neighbor_alltoallw,
+    MPI_Ineighbor_alltoallw_c => MPI_Ineighbor_alltoallw;
+    (
+        sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint,
+        sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count,
+        rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype,
+    )
+    // The C form's displacements are MPI_Aint already: counts only.
+    let (send, recv) = neighbor_args(sendcounts, std::ptr::null(), recvcounts, std::ptr::null());
+    (
+        sendbuf, send.counts(), sdispls, sendtypes,
+        recvbuf, recv.counts(), rdispls, recvtypes,
+    )
 }

@@ -1,9 +1,14 @@
 //! The C entry points of point-to-point: each stages its device buffers
-//! (`p2p::enter`/`leave`, or `p2p::nonblocking`) and makes the `PMPI_` call
-//! on the addresses it gets. Probes (`MPI_Probe`, `MPI_Iprobe`,
-//! `MPI_Mprobe`, `MPI_Improbe`) touch no buffer and stay MPI's own.
+//! (`p2p::enter`/`leave`, `p2p::blocking_*`, `p2p::nonblocking` or
+//! `persistent::init`) and makes the `PMPI_` call on the addresses it gets.
+//! Probes (`MPI_Probe`, `MPI_Iprobe`, `MPI_Mprobe`, `MPI_Improbe`) touch no
+//! buffer and stay MPI's own.
 
-use super::{enter, leave, nonblocking, received};
+use super::persistent;
+use super::{
+    back_of, blocking_recv, blocking_send, empty_status, enter, leave, nonblocking, status_target,
+    Back, Dir,
+};
 use mpi_sys::{MPI_Comm, MPI_Datatype, MPI_Message, MPI_Request, MPI_Status};
 use std::ffi::{c_int, c_void};
 
@@ -20,16 +25,11 @@ macro_rules! blocking_send {
             tag: c_int,
             comm: MPI_Comm,
         ) -> c_int {
-            const CALL: &str = stringify!($name);
-            let (ptr, held) = match enter(CALL, buf, count.into(), datatype, dest, comm) {
-                Ok(x) => x,
-                Err(code) => return code,
-            };
-            // SAFETY: the program's arguments, the buffer possibly replaced
-            // by a host copy of the same span.
-            let rc = unsafe { mpi_sys::$pmpi(ptr, count, datatype, dest, tag, comm) };
-            let undo = leave(CALL, comm, held, false);
-            if rc != 0 { rc } else { undo }
+            blocking_send(stringify!($name), buf, count.into(), datatype, dest, comm, |p| {
+                // SAFETY: the program's arguments, the buffer possibly
+                // replaced by a host copy of the same span.
+                unsafe { mpi_sys::$pmpi(p, count, datatype, dest, tag, comm) }
+            })
         }
     )+};
 }
@@ -59,7 +59,7 @@ macro_rules! nonblocking_send {
             // possibly replaced by a host copy of the same span.
             unsafe {
                 nonblocking(
-                    stringify!($name), buf, count.into(), datatype, dest, comm, false, request,
+                    stringify!($name), buf, count.into(), datatype, dest, comm, Dir::Send, request,
                     |p, r| mpi_sys::$pmpi(p, count, datatype, dest, tag, comm, r),
                 )
             }
@@ -86,19 +86,20 @@ pub unsafe extern "C" fn MPI_Recv(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> c_int {
-    const CALL: &str = "MPI_Recv";
-    let (ptr, held) = match enter(CALL, buf, count.into(), datatype, source, comm) {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
-    // SAFETY: as for the sends.
-    let rc = unsafe { mpi_sys::PMPI_Recv(ptr, count, datatype, source, tag, comm, status) };
-    let undo = leave(CALL, comm, held, received(rc));
-    if rc != 0 {
-        rc
-    } else {
-        undo
-    }
+    blocking_recv(
+        "MPI_Recv",
+        buf,
+        count.into(),
+        datatype,
+        source,
+        comm,
+        Dir::Recv,
+        status,
+        |p, st| {
+            // SAFETY: as for the sends.
+            unsafe { mpi_sys::PMPI_Recv(p, count, datatype, source, tag, comm, st) }
+        },
+    )
 }
 
 /// # Safety
@@ -122,7 +123,7 @@ pub unsafe extern "C" fn MPI_Irecv(
             datatype,
             source,
             comm,
-            true,
+            Dir::Recv,
             request,
             |p, r| mpi_sys::PMPI_Irecv(p, count, datatype, source, tag, comm, r),
         )
@@ -150,20 +151,21 @@ pub unsafe extern "C" fn MPI_Mrecv(
     message: *mut MPI_Message,
     status: *mut MPI_Status,
 ) -> c_int {
-    const CALL: &str = "MPI_Mrecv";
     let comm = message_comm();
-    let (ptr, held) = match enter(CALL, buf, count.into(), datatype, MATCHED, comm) {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
-    // SAFETY: as for the sends.
-    let rc = unsafe { mpi_sys::PMPI_Mrecv(ptr, count, datatype, message, status) };
-    let undo = leave(CALL, comm, held, received(rc));
-    if rc != 0 {
-        rc
-    } else {
-        undo
-    }
+    blocking_recv(
+        "MPI_Mrecv",
+        buf,
+        count.into(),
+        datatype,
+        MATCHED,
+        comm,
+        Dir::Recv,
+        status,
+        |p, st| {
+            // SAFETY: as for the sends.
+            unsafe { mpi_sys::PMPI_Mrecv(p, count, datatype, message, st) }
+        },
+    )
 }
 
 /// # Safety
@@ -185,7 +187,7 @@ pub unsafe extern "C" fn MPI_Imrecv(
             datatype,
             MATCHED,
             message_comm(),
-            true,
+            Dir::Recv,
             request,
             |p, r| mpi_sys::PMPI_Imrecv(p, count, datatype, message, r),
         )
@@ -210,33 +212,55 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     status: *mut MPI_Status,
 ) -> c_int {
     const CALL: &str = "MPI_Sendrecv";
-    let (sp, sheld) = match enter(CALL, sendbuf, sendcount.into(), sendtype, dest, comm) {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
-    let (rp, rheld) = match enter(CALL, recvbuf, recvcount.into(), recvtype, source, comm) {
-        Ok(x) => x,
-        Err(code) => {
-            leave(CALL, comm, sheld, false);
-            return code;
-        }
-    };
-    // SAFETY: as for the sends.
-    let rc = unsafe {
-        mpi_sys::PMPI_Sendrecv(
-            sp, sendcount, sendtype, dest, sendtag, rp, recvcount, recvtype, source, recvtag, comm,
-            status,
-        )
-    };
-    let u1 = leave(CALL, comm, sheld, false);
-    let u2 = leave(CALL, comm, rheld, received(rc));
-    if rc != 0 {
-        rc
-    } else if u1 != 0 {
-        u1
-    } else {
-        u2
-    }
+    crate::errors::guarded(
+        CALL,
+        comm,
+        || (),
+        || {
+            crate::settings::maybe_panic(CALL);
+            let (sp, sheld) = match enter(
+                CALL,
+                sendbuf,
+                sendcount.into(),
+                sendtype,
+                dest,
+                comm,
+                Dir::Send,
+            ) {
+                Ok(x) => x,
+                Err(code) => return code,
+            };
+            let (rp, rheld) = match enter(
+                CALL,
+                recvbuf,
+                recvcount.into(),
+                recvtype,
+                source,
+                comm,
+                Dir::Recv,
+            ) {
+                Ok(x) => x,
+                Err(code) => {
+                    leave(CALL, comm, sheld, Back::Nothing);
+                    return code;
+                }
+            };
+            let mut local = empty_status();
+            let target = status_target(status, &mut local);
+            // SAFETY: as for the sends.
+            let rc = unsafe {
+                mpi_sys::PMPI_Sendrecv(
+                    sp, sendcount, sendtype, dest, sendtag, rp, recvcount, recvtype, source,
+                    recvtag, comm, target,
+                )
+            };
+            // SAFETY: MPI wrote the status (the program's or `local`).
+            let back = back_of(&rheld, rc, unsafe { &*target });
+            let u1 = leave(CALL, comm, sheld, Back::Nothing);
+            let u2 = leave(CALL, comm, rheld, back);
+            super::first_error(&[rc, u1, u2])
+        },
+    )
 }
 
 /// # Safety
@@ -253,7 +277,6 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> c_int {
-    const CALL: &str = "MPI_Sendrecv_replace";
     // The buffer is sent and received: PROC_NULL on one side only still
     // moves data on the other, so stage unless both are PROC_NULL.
     // SAFETY: reading a link-time MPI constant.
@@ -262,20 +285,90 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
     } else {
         dest
     };
-    let (ptr, held) = match enter(CALL, buf, count.into(), datatype, peer, comm) {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
-    // SAFETY: as for the sends.
-    let rc = unsafe {
-        mpi_sys::PMPI_Sendrecv_replace(
-            ptr, count, datatype, dest, sendtag, source, recvtag, comm, status,
-        )
-    };
-    let undo = leave(CALL, comm, held, received(rc));
-    if rc != 0 {
-        rc
-    } else {
-        undo
-    }
+    let call = "MPI_Sendrecv_replace";
+    blocking_recv(
+        call,
+        buf,
+        count.into(),
+        datatype,
+        peer,
+        comm,
+        Dir::Both,
+        status,
+        |p, st| {
+            // SAFETY: as for the sends.
+            unsafe {
+                mpi_sys::PMPI_Sendrecv_replace(
+                    p, count, datatype, dest, sendtag, source, recvtag, comm, st,
+                )
+            }
+        },
+    )
+}
+
+/// Exports the persistent forms: `(buf, count, datatype, peer, tag, comm,
+/// request)`, each moving the buffer's bytes `$dir`.
+macro_rules! persistent_init {
+    ($($name:ident => $pmpi:ident, $dir:ident;)+) => {$(
+        #[doc = concat!("# Safety\nAs `", stringify!($name), "`.")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: c_int,
+            datatype: MPI_Datatype,
+            peer: c_int,
+            tag: c_int,
+            comm: MPI_Comm,
+            request: *mut MPI_Request,
+        ) -> c_int {
+            // SAFETY: the program's arguments (MPI's contract); the buffer
+            // possibly replaced by a host copy of the same span that lives
+            // as long as the request.
+            unsafe {
+                persistent::init(
+                    stringify!($name), buf, count.into(), datatype, peer, comm, Dir::$dir,
+                    request,
+                    |p, r| mpi_sys::$pmpi(p, count, datatype, peer, tag, comm, r),
+                )
+            }
+        }
+    )+};
+}
+
+persistent_init! {
+    MPI_Send_init => PMPI_Send_init, Send;
+    MPI_Bsend_init => PMPI_Bsend_init, Send;
+    MPI_Ssend_init => PMPI_Ssend_init, Send;
+    MPI_Rsend_init => PMPI_Rsend_init, Send;
+    MPI_Recv_init => PMPI_Recv_init, Recv;
+}
+
+/// # Safety
+/// As `MPI_Start`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Start(request: *mut MPI_Request) -> c_int {
+    crate::errors::guarded(
+        "MPI_Start",
+        crate::errors::world(),
+        || (),
+        || {
+            // SAFETY: the program's argument.
+            unsafe { persistent::start(request) }
+        },
+    )
+}
+
+/// # Safety
+/// As `MPI_Startall`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Startall(count: c_int, requests: *mut MPI_Request) -> c_int {
+    crate::errors::guarded(
+        "MPI_Startall",
+        crate::errors::world(),
+        || (),
+        || {
+            // SAFETY: the program's arguments.
+            unsafe { persistent::start_all(count, requests) }
+        },
+    )
 }

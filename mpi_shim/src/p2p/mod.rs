@@ -3,32 +3,50 @@
 //! truncation, `MPI_PROC_NULL` and the wire format stay MPI's), and only its
 //! bytes are staged through host memory: a send copies the type's true
 //! extent span to pinned memory and sends from there; a receive posts into
-//! a staged copy of its span and copies it back once MPI completed it.
+//! a host copy of its span and copies it back once MPI completed it.
 //!
-//! A receive copies its span in before posting, so the bytes a short (or
-//! truncated) message does not reach, and a derived type's gaps, come back
-//! unchanged. Host buffers go to `PMPI_` untouched, except in host test
-//! mode (`GPUCOLL_SHIM_HOST=1`), where they are staged through plain host
-//! memory as if they were device memory, so the staging runs without a GPU.
+//! The bytes a short (or truncated) message does not reach, and a derived
+//! type's gaps, must come back unchanged. A receive whose bytes land as a
+//! prefix of its span (a predefined type, no gaps: `Staged::prefix`) copies
+//! back only the bytes that arrived, which the status says; any other
+//! receive copies its span in before posting and all of it back. Host
+//! buffers go to `PMPI_` untouched, except in host test mode
+//! (`GPUCOLL_SHIM_HOST=1`), where they are staged through plain host memory
+//! as if they were device memory, so the staging runs without a GPU.
 //!
-//! Nonblocking calls return a shim request (`requests::start_p2p`) that
-//! wraps the inner MPI request; the completion calls finish it (copy back,
-//! staging buffer returned) before MPI completes the shim request.
+//! Nonblocking calls return a shim request (`transfer`); persistent
+//! requests are MPI's own, made on a host copy that lives as long as the
+//! request (`persistent`); the `_c` forms (`large_count`) narrow their
+//! counts and call the C exports (`exports`).
 
 mod exports;
+mod large_count;
+mod persistent;
+mod transfer;
+
+pub use persistent::{after_completion, after_free};
+pub use transfer::nonblocking;
 
 use crate::cuda::{self, CtxGuard};
 use crate::errors;
-use crate::requests::HostWork;
 use crate::route;
 use crate::settings;
 use crate::staging::{self, Span};
-use mpi_sys::{MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status};
+use mpi_sys::{MPI_Comm, MPI_Datatype, MPI_Status};
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Mutex;
 
 const TRUNCATE: c_int = mpi_sys::MPI_ERR_TRUNCATE as c_int;
+
+/// Which way the bytes of a staged buffer move.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Dir {
+    /// MPI reads it (a send).
+    Send,
+    /// MPI writes it (a receive).
+    Recv,
+    /// MPI reads, then writes it (`MPI_Sendrecv_replace`).
+    Both,
+}
 
 /// A buffer the shim stages: the program's address, the bytes its
 /// (count, datatype) touch, and the GPU it lives on (`None`: host test mode).
@@ -36,6 +54,10 @@ pub struct Staged {
     base: usize,
     span: Span,
     device: Option<i32>,
+    /// A message fills the span from its start, in address order, and the
+    /// bytes that arrived are the status's byte count: a predefined type
+    /// whose span has no gaps.
+    prefix: bool,
 }
 
 /// The host copy of a staged buffer.
@@ -52,6 +74,18 @@ impl Buf {
             Buf::Host(v) => v.as_ptr() as *mut c_void,
         }
     }
+}
+
+/// What a finished receive leaves to copy back into the program's buffer.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Back {
+    /// Nothing: a send, a failed or a cancelled receive.
+    Nothing,
+    /// The whole span (the host copy holds the program's own bytes where no
+    /// message byte landed).
+    Span,
+    /// The first bytes of the span: what arrived in a prefix buffer.
+    Bytes(usize),
 }
 
 impl Staged {
@@ -73,49 +107,69 @@ impl Staged {
         self.device.map(CtxGuard::bind).transpose()
     }
 
-    /// A host copy of the span, filled from the program's buffer.
-    fn take_in(&self) -> cuda::CuResult<Buf> {
-        let len = self.len();
+    /// A host copy of the span, not filled.
+    fn hold(&self) -> cuda::CuResult<Buf> {
         match self.device {
-            None => {
-                let v = vec![0u64; len.div_ceil(8)];
-                // SAFETY: the program's buffer spans `len` bytes from
-                // `user()` (MPI's contract); `v` holds at least `len`.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        self.user() as *const u8,
-                        v.as_ptr() as *mut u8,
-                        len,
-                    )
-                };
-                Ok(Buf::Host(v))
-            }
+            None => Ok(Buf::Host(vec![0u64; self.len().div_ceil(8)])),
             Some(_) => {
                 let _g = self.bind()?;
-                let p = cuda::take_pinned(len)?;
-                // SAFETY: `user()` spans `len` device bytes (MPI's contract),
-                // the pinned buffer at least `len` host bytes.
-                if let Err(e) = unsafe { cuda::copy_to_host(p.ptr(), self.user(), len) } {
-                    cuda::give_pinned(p);
-                    return Err(e);
-                }
-                Ok(Buf::Pinned(p))
+                cuda::take_pinned(self.len()).map(Buf::Pinned)
             }
         }
     }
 
-    /// Copy the host copy back into the program's buffer.
-    fn copy_out(&self, b: &Buf) -> cuda::CuResult<()> {
+    /// Fill the host copy from the program's buffer.
+    fn copy_in(&self, b: &Buf) -> cuda::CuResult<()> {
         let len = self.len();
         match b {
-            // SAFETY: as in `take_in`, the other way.
+            // SAFETY: the program's buffer spans `len` bytes from `user()`
+            // (MPI's contract); the host copy holds at least `len`.
+            Buf::Host(v) => unsafe {
+                std::ptr::copy_nonoverlapping(self.user() as *const u8, v.as_ptr() as *mut u8, len);
+                Ok(())
+            },
+            Buf::Pinned(p) => {
+                let _g = self.bind()?;
+                // SAFETY: `user()` spans `len` device bytes (MPI's
+                // contract), the pinned buffer at least `len` host bytes.
+                unsafe { cuda::copy_to_host(p.ptr(), self.user(), len) }
+            }
+        }
+    }
+
+    /// A host copy for a call moving the bytes `dir`: filled unless MPI
+    /// writes it and only what arrives is copied back.
+    fn take_in(&self, dir: Dir) -> cuda::CuResult<Buf> {
+        let b = self.hold()?;
+        if dir == Dir::Recv && self.prefix {
+            return Ok(b);
+        }
+        if let Err(e) = self.copy_in(&b) {
+            self.give(b);
+            return Err(e);
+        }
+        Ok(b)
+    }
+
+    /// Copy what `back` says from the host copy into the program's buffer.
+    fn copy_out(&self, b: &Buf, back: Back) -> cuda::CuResult<()> {
+        let len = match back {
+            Back::Nothing => return Ok(()),
+            Back::Span => self.len(),
+            Back::Bytes(n) => n.min(self.len()),
+        };
+        if len == 0 {
+            return Ok(());
+        }
+        match b {
+            // SAFETY: as in `copy_in`, the other way.
             Buf::Host(v) => unsafe {
                 std::ptr::copy_nonoverlapping(v.as_ptr() as *const u8, self.user() as *mut u8, len);
                 Ok(())
             },
             Buf::Pinned(p) => {
                 let _g = self.bind()?;
-                // SAFETY: as in `take_in`, the other way.
+                // SAFETY: as in `copy_in`, the other way.
                 unsafe { cuda::copy_to_device(self.user(), p.ptr(), len) }
             }
         }
@@ -126,6 +180,28 @@ impl Staged {
             cuda::give_pinned(p);
         }
     }
+
+    /// What to copy back after a receive into this buffer ended with MPI
+    /// result `rc` and status `st`.
+    fn back(&self, rc: c_int, st: &MPI_Status) -> Back {
+        if rc == TRUNCATE {
+            // MPI filled the whole buffer with the message's first bytes.
+            return Back::Span;
+        }
+        if rc != 0 {
+            return Back::Nothing;
+        }
+        if !self.prefix {
+            return Back::Span;
+        }
+        let mut n: c_int = -1;
+        // SAFETY: a status MPI wrote for this receive; a local out-pointer.
+        let r = unsafe { mpi_sys::PMPI_Get_count(st, crate::handles::byte_type(), &mut n) };
+        match usize::try_from(n) {
+            Ok(n) if r == 0 => Back::Bytes(n),
+            _ => Back::Span,
+        }
+    }
 }
 
 /// Where one buffer of a point-to-point call goes.
@@ -133,6 +209,16 @@ pub enum Plan {
     Pmpi,
     Staged(Staged),
     Failed(c_int),
+}
+
+/// Whether `dt` is a predefined datatype (its typemap is in address order).
+fn predefined(dt: MPI_Datatype) -> bool {
+    let (mut ni, mut na, mut nd, mut combiner): (c_int, c_int, c_int, c_int) = (0, 0, 0, -1);
+    // SAFETY: valid out-pointers; MPI validates the handle (and `span`
+    // already accepted it).
+    let rc =
+        unsafe { mpi_sys::PMPI_Type_get_envelope(dt, &mut ni, &mut na, &mut nd, &mut combiner) };
+    rc == 0 && combiner == mpi_sys::MPI_COMBINER_NAMED as c_int
 }
 
 /// Decide for one buffer of `count` elements of `dt` exchanged with `peer`.
@@ -168,6 +254,7 @@ pub fn plan(
                 base: buf as usize,
                 span,
                 device,
+                prefix: span.dense && predefined(dt),
             })
         }
     }
@@ -176,7 +263,8 @@ pub fn plan(
 /// A staged buffer and its host copy, for the duration of one call.
 pub type Held = Option<(Staged, Buf)>;
 
-/// Stage one buffer for a call: the address MPI gets, and what to undo.
+/// Stage one buffer for a call moving its bytes `dir`: the address MPI
+/// gets, and what to undo.
 pub fn enter(
     call: &str,
     buf: *const c_void,
@@ -184,22 +272,28 @@ pub fn enter(
     dt: MPI_Datatype,
     peer: c_int,
     comm: MPI_Comm,
+    dir: Dir,
 ) -> Result<(*mut c_void, Held), c_int> {
     match plan(call, buf, count, dt, peer, comm) {
         Plan::Pmpi => Ok((buf.cast_mut(), None)),
         Plan::Failed(code) => Err(code),
-        Plan::Staged(s) => match s.take_in() {
+        Plan::Staged(s) => match s.take_in(dir) {
             Ok(b) => Ok((s.host(&b), Some((s, b)))),
             Err(e) => Err(errors::fail(comm, call, &gpucoll::Error::Backend(e))),
         },
     }
 }
 
-/// End a call's staging: copy back (`write_back`), return the host copy.
+/// What a receive into `held` that ended with `rc` and `st` copies back.
+pub fn back_of(held: &Held, rc: c_int, st: &MPI_Status) -> Back {
+    held.as_ref().map_or(Back::Nothing, |(s, _)| s.back(rc, st))
+}
+
+/// End a call's staging: copy back what `back` says, return the host copy.
 /// 0, or the error raised.
-pub fn leave(call: &str, comm: MPI_Comm, held: Held, write_back: bool) -> c_int {
+pub fn leave(call: &str, comm: MPI_Comm, held: Held, back: Back) -> c_int {
     let Some((s, b)) = held else { return 0 };
-    let r = if write_back { s.copy_out(&b) } else { Ok(()) };
+    let r = s.copy_out(&b, back);
     s.give(b);
     match r {
         Ok(()) => 0,
@@ -207,182 +301,135 @@ pub fn leave(call: &str, comm: MPI_Comm, held: Held, write_back: bool) -> c_int 
     }
 }
 
-/// Whether a receive's MPI result leaves data to copy back.
-pub fn received(rc: c_int) -> bool {
-    rc == 0 || rc == TRUNCATE
+/// A zeroed status (MPI_Status is plain integers).
+pub fn empty_status() -> MPI_Status {
+    // SAFETY: MPI_Status is a C struct of integers; all-zero is valid.
+    unsafe { std::mem::zeroed() }
 }
 
-struct State {
-    /// The inner MPI request (its handle's bits).
-    inner: usize,
-    held: Held,
-    write_back: bool,
-    status: MPI_Status,
-    finished: bool,
-}
-
-impl Drop for State {
-    fn drop(&mut self) {
-        if !self.finished {
-            // MPI may still write the host copy: never free it under MPI.
-            if let Some(h) = self.held.take() {
-                std::mem::forget(h);
-            }
-        }
+/// The status a receive should write: the program's, or `local` where the
+/// program passed `MPI_STATUS_IGNORE` (the shim still needs the count).
+pub fn status_target(status: *mut MPI_Status, local: &mut MPI_Status) -> *mut MPI_Status {
+    // SAFETY: reading a link-time MPI constant.
+    let ignore = unsafe { mpi_sys::RSMPI_STATUS_IGNORE };
+    if status.is_null() || status == ignore {
+        local
+    } else {
+        status
     }
 }
 
-/// A nonblocking staged transfer: the inner MPI request and the host copy
-/// it works on.
-pub struct Transfer {
-    state: Mutex<State>,
-    call: &'static str,
+/// MPI's own error wins over the staging's.
+pub(super) fn first_error(codes: &[c_int]) -> c_int {
+    codes.iter().copied().find(|&c| c != 0).unwrap_or(0)
 }
 
-impl Transfer {
-    fn new(inner: MPI_Request, held: Held, write_back: bool, call: &'static str) -> Transfer {
-        Transfer {
-            state: Mutex::new(State {
-                inner: inner.0 as usize,
-                held,
-                write_back,
-                // SAFETY: MPI_Status is plain integers; zero is a valid value.
-                status: unsafe { std::mem::zeroed() },
-                finished: false,
-            }),
-            call,
-        }
-    }
-}
-
-impl HostWork for Transfer {
-    /// Whether the inner request completed (waiting for it with `wait`);
-    /// on completion the data is copied back and an error stored in `code`.
-    fn done(&self, wait: bool, code: &AtomicI32) -> bool {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if s.finished {
-            return true;
-        }
-        let mut req = MPI_Request(s.inner as *mut mpi_sys::ompi_request_t);
-        // SAFETY: plain integers.
-        let mut st: MPI_Status = unsafe { std::mem::zeroed() };
-        let mut flag: c_int = 0;
-        // SAFETY: an active request started by this transfer, completed
-        // only here (under the lock); valid out-pointers.
-        let rc = unsafe {
-            if wait {
-                flag = 1;
-                mpi_sys::PMPI_Wait(&mut req, &mut st)
-            } else {
-                mpi_sys::PMPI_Test(&mut req, &mut flag, &mut st)
-            }
-        };
-        if rc != 0 {
-            // An error completes the request (MPI freed it or reported it).
-            flag = 1;
-        }
-        if flag == 0 {
-            return false;
-        }
-        s.finished = true;
-        s.status = st;
-        let mut cancelled: c_int = 0;
-        // SAFETY: a status MPI just wrote; a local out-pointer.
-        if rc == 0 && unsafe { mpi_sys::PMPI_Test_cancelled(&st, &mut cancelled) } != 0 {
-            cancelled = 0;
-        }
-        let mut result = rc;
-        if let Some((staged, b)) = s.held.take() {
-            // A cancelled receive wrote nothing: the program's buffer stays
-            // as it was.
-            if s.write_back && received(rc) && cancelled == 0 {
-                if let Err(e) = staged.copy_out(&b) {
-                    errors::log_failure(self.call, &e);
-                    if result == 0 {
-                        result = mpi_sys::MPI_ERR_OTHER as c_int;
-                    }
-                }
-            }
-            staged.give(b);
-        }
-        if result != 0 {
-            code.store(result, Ordering::Relaxed);
-        }
-        true
-    }
-
-    /// Cancel the inner request unless it completed. Under the state's
-    /// lock, so the handle is never used after `done` released it (a
-    /// thread blocked in `done` on the same request holds the lock until
-    /// its wait ends).
-    fn cancel(&self) {
-        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if s.finished {
-            return;
-        }
-        let mut req = MPI_Request(s.inner as *mut mpi_sys::ompi_request_t);
-        // SAFETY: the active inner request started by this transfer, not
-        // completed (checked under the lock).
-        let rc = unsafe { mpi_sys::PMPI_Cancel(&mut req) };
-        if rc != 0 {
-            errors::log_failure(
-                self.call,
-                &format!("MPI_Cancel of the staged request: error {rc}"),
-            );
-        }
-    }
-
-    /// The completed inner request's status, as the shim request's.
-    ///
-    /// # Safety
-    /// `status` is writable.
-    unsafe fn fill(&self, status: *mut MPI_Status, code: c_int) {
-        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        // SAFETY: writable per the contract; the whole struct, so the
-        // element count (Get_count/Get_elements) is MPI's own.
-        unsafe {
-            *status = s.status;
-            (*status).MPI_ERROR = code;
-        }
-    }
-}
-
-/// Start a nonblocking staged call: `post` gets the address MPI should use
-/// and the inner request to fill. `write_back`: a receive.
-///
-/// # Safety
-/// The program's arguments are valid (MPI's contract); `request` writable.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn nonblocking(
+/// A blocking send on one buffer: [`enter`], the `PMPI_` call `pmpi` on
+/// the address it gives, then [`leave`].
+pub fn blocking_send(
     call: &'static str,
     buf: *const c_void,
     count: i64,
     dt: MPI_Datatype,
     peer: c_int,
     comm: MPI_Comm,
-    write_back: bool,
-    request: *mut MPI_Request,
-    post: impl FnOnce(*mut c_void, *mut MPI_Request) -> c_int,
+    pmpi: impl FnOnce(*mut c_void) -> c_int,
 ) -> c_int {
-    let (ptr, held) = match enter(call, buf, count, dt, peer, comm) {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
-    if held.is_none() {
-        return post(ptr, request);
+    errors::guarded(
+        call,
+        comm,
+        || (),
+        || {
+            settings::maybe_panic(call);
+            let (ptr, held) = match enter(call, buf, count, dt, peer, comm, Dir::Send) {
+                Ok(x) => x,
+                Err(code) => return code,
+            };
+            let rc = pmpi(ptr);
+            let undo = leave(call, comm, held, Back::Nothing);
+            first_error(&[rc, undo])
+        },
+    )
+}
+
+/// A blocking receive (`dir`: `Recv`, or `Both` for a buffer sent first)
+/// on one buffer: `pmpi` gets the address and the status to write, then
+/// what arrived is copied back.
+#[allow(clippy::too_many_arguments)] // a C call's arguments, passed on
+pub fn blocking_recv(
+    call: &'static str,
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    peer: c_int,
+    comm: MPI_Comm,
+    dir: Dir,
+    status: *mut MPI_Status,
+    pmpi: impl FnOnce(*mut c_void, *mut MPI_Status) -> c_int,
+) -> c_int {
+    errors::guarded(
+        call,
+        comm,
+        || (),
+        || {
+            settings::maybe_panic(call);
+            let (ptr, held) = match enter(call, buf, count, dt, peer, comm, dir) {
+                Ok(x) => x,
+                Err(code) => return code,
+            };
+            if held.is_none() {
+                return pmpi(ptr, status);
+            }
+            let mut local = empty_status();
+            let target = status_target(status, &mut local);
+            let rc = pmpi(ptr, target);
+            // SAFETY: MPI wrote the status (the program's or `local`).
+            let back = back_of(&held, rc, unsafe { &*target });
+            let undo = leave(call, comm, held, back);
+            first_error(&[rc, undo])
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn staged(prefix: bool) -> Staged {
+        Staged {
+            base: 0x1000,
+            span: Span {
+                lo: 8,
+                hi: 48,
+                dense: true,
+            },
+            device: None,
+            prefix,
+        }
     }
-    let mut inner = MPI_Request(std::ptr::null_mut());
-    let rc = post(ptr, &mut inner);
-    if rc != 0 {
-        leave(call, comm, held, false);
-        return rc;
+
+    #[test]
+    fn host_copy_maps_the_program_address() {
+        let s = staged(true);
+        let b = s.hold().unwrap();
+        assert_eq!(s.len(), 40);
+        assert_eq!(s.host(&b) as usize + 8, b.ptr() as usize);
+        assert_eq!(s.user() as usize, 0x1008);
     }
-    // SAFETY: `request` is writable (the caller's contract).
-    unsafe {
-        crate::requests::start_p2p(
-            Box::new(Transfer::new(inner, held, write_back, call)),
-            call,
-            request,
-        )
+
+    #[test]
+    fn errors_copy_nothing_back_and_truncation_everything() {
+        let st = empty_status();
+        let s = staged(true);
+        assert_eq!(s.back(mpi_sys::MPI_ERR_OTHER as c_int, &st), Back::Nothing);
+        assert_eq!(s.back(TRUNCATE, &st), Back::Span);
+        assert_eq!(staged(false).back(0, &st), Back::Span);
+    }
+
+    #[test]
+    fn first_error_prefers_mpi() {
+        assert_eq!(first_error(&[0, 0]), 0);
+        assert_eq!(first_error(&[3, 5]), 3);
+        assert_eq!(first_error(&[0, 5]), 5);
     }
 }

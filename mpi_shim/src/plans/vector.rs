@@ -4,12 +4,18 @@
 //! order (the counts and displacements are the same on every rank, so every
 //! rank sees it) is an all_gather and goes to gpucoll.
 //!
+//! On an intercommunicator the arrays have one entry per rank of the
+//! remote group (where the blocks come from or go to), the root is
+//! `MPI_ROOT` / `MPI_PROC_NULL` in its group, and every call is staged.
+//!
 //! # Safety (every function)
-//! The count and displacement arrays hold one entry per rank wherever MPI
-//! reads them (MPI's contract).
+//! The count and displacement arrays hold one entry per peer (rank of the
+//! communicator, or of the remote group of an intercommunicator) wherever
+//! MPI reads them (MPI's contract).
 
-use super::{facts, plan, rank_size, rooted, send_recv, span_if, Plan};
+use super::{facts, if_significant, peers, plan, rooted, send_recv, span_if, Plan};
 use crate::handles::is_in_place;
+use crate::misuse;
 use crate::native::{send_or_recv, Coll};
 use crate::route::Facts;
 use crate::staging::{self, Region, Span};
@@ -75,10 +81,14 @@ pub unsafe fn allgatherv(
     rtype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> Plan<2> {
-    let Some((_, size)) = rank_size(comm) else {
+    let size = peers(comm);
+    if size <= 0 {
         return Plan::Pmpi;
-    };
-    // SAFETY: one count and displacement per rank.
+    }
+    if misuse::misplaced(call, &[recv.cast_const()]) {
+        return Plan::Pmpi;
+    }
+    // SAFETY: one count and displacement per peer.
     let (counts, disp) = unsafe { (ints(rcounts, size), ints(displs, size)) };
     let in_place = is_in_place(send);
     let first = counts.first().copied().unwrap_or(0);
@@ -129,9 +139,13 @@ pub unsafe fn alltoallv(
     rtype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> Plan<2> {
-    let Some((_, size)) = rank_size(comm) else {
+    let size = peers(comm);
+    if size <= 0 {
         return Plan::Pmpi;
-    };
+    }
+    if misuse::misplaced(call, &[recv.cast_const()]) {
+        return Plan::Pmpi;
+    }
     let in_place = is_in_place(send);
     let buffers = [send, recv.cast_const()];
     staged_only(call, comm, buffers, 0, None, || {
@@ -159,15 +173,23 @@ pub unsafe fn gatherv(
     root: c_int,
     comm: MPI_Comm,
 ) -> Plan<2> {
-    let Some((size, is_root, in_place)) = rooted(comm, root, send) else {
+    let Some(part) = rooted(comm, root, send) else {
         return Plan::Pmpi;
     };
-    let buffers = [send, if is_root { recv } else { std::ptr::null_mut() }];
-    staged_only(call, comm, buffers, scount.into(), Some(root), || {
-        let ss = span_if(!in_place, scount.into(), stype)?;
-        // SAFETY: at the root, one count and displacement per rank.
-        let rs = unsafe { span_v_if(is_root, rcounts, displs, size, rtype)? };
-        Ok(send_recv(send, ss, recv, rs, in_place))
+    if misuse::misplaced(call, &[if part.root { recv.cast_const() } else { send }]) {
+        return Plan::Pmpi;
+    }
+    let buffers = [
+        if_significant(part.member, send),
+        if_significant(part.root, recv.cast_const()),
+    ];
+    // The count MPI checks where it is significant (none at MPI_PROC_NULL).
+    let count = if part.member { scount.into() } else { 0 };
+    staged_only(call, comm, buffers, count, Some(root), || {
+        let ss = span_if(part.member && !part.in_place, scount.into(), stype)?;
+        // SAFETY: at the root, one count and displacement per peer.
+        let rs = unsafe { span_v_if(part.root, rcounts, displs, part.peers, rtype)? };
+        Ok(send_recv(send, ss, recv, rs, part.in_place))
     })
 }
 
@@ -184,14 +206,21 @@ pub unsafe fn scatterv(
     root: c_int,
     comm: MPI_Comm,
 ) -> Plan<2> {
-    let Some((size, is_root, in_place)) = rooted(comm, root, recv) else {
+    let Some(part) = rooted(comm, root, recv) else {
         return Plan::Pmpi;
     };
-    let buffers = [if is_root { send } else { std::ptr::null() }, recv];
-    staged_only(call, comm, buffers, rcount.into(), Some(root), || {
-        // SAFETY: at the root, one count and displacement per rank.
-        let ss = unsafe { span_v_if(is_root, scounts, displs, size, stype)? };
-        let rs = span_if(!in_place, rcount.into(), rtype)?;
+    if misuse::misplaced(call, &[if part.root { send } else { recv.cast_const() }]) {
+        return Plan::Pmpi;
+    }
+    let buffers = [
+        if_significant(part.root, send),
+        if_significant(part.member, recv.cast_const()),
+    ];
+    let count = if part.member { rcount.into() } else { 0 };
+    staged_only(call, comm, buffers, count, Some(root), || {
+        // SAFETY: at the root, one count and displacement per peer.
+        let ss = unsafe { span_v_if(part.root, scounts, displs, part.peers, stype)? };
+        let rs = span_if(part.member && !part.in_place, rcount.into(), rtype)?;
         Ok(send_recv(send, ss, recv, rs, false))
     })
 }

@@ -4,7 +4,10 @@
  * Testall, Testany, Testsome), in arrays that mix them with point-to-point
  * requests, MPI_REQUEST_NULL, a freed send request (MPI_Request_free) and a
  * cancelled receive (MPI_Cancel). Several collectives are in flight at once
- * on two communicators. An ordinary MPI program. */
+ * on two communicators. One round of each completion call runs before the
+ * communicators' first blocking collective, the rest after it (a
+ * collectives library may set a communicator up at its first blocking
+ * collective). An ordinary MPI program. */
 #include "shimtest.h"
 
 #include <stdio.h>
@@ -364,6 +367,16 @@ int main(int argc, char **argv)
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     const size_t sizes[] = {0, 1, 7919};
     unsigned variant = 0;
+    for (int method = 0; method < NMETHOD; method++)
+        batch(method, 7, MPI_COMM_WORLD, dup, variant++);
+    /* the first blocking collectives, on the buffers the batches use */
+    struct st_buf one = st_input(st_type_named("INT"), OP_SUM, 1, st.rank, 0, 4),
+                  got = st_buf_new(4 * sizeof(int));
+    st_ok(MPI_Allreduce(one.mpi, got.mpi, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD),
+          "first blocking call");
+    st_ok(MPI_Allreduce(one.mpi, got.mpi, 4, MPI_INT, MPI_SUM, dup), "first blocking call on dup");
+    st_buf_free(&one);
+    st_buf_free(&got);
     for (int s = 0; s < 3; s++)
         for (int method = 0; method < NMETHOD; method++)
             batch(method, sizes[s], MPI_COMM_WORLD, dup, variant++);

@@ -116,6 +116,11 @@ static void init_ops(void)
 
 void st_init(int *argc, char ***argv, const char *program)
 {
+    st_init_thread(argc, argv, program, -1);
+}
+
+void st_init_thread(int *argc, char ***argv, const char *program, int required)
+{
     memset(&st, 0, sizeof st);
     st.large = (size_t)1 << 20;
     const char *dev = getenv("SHIMTEST_DEVICE");
@@ -142,10 +147,18 @@ void st_init(int *argc, char ***argv, const char *program)
         if (local >= 0)
             st_dev_select(local);
     }
-    if (MPI_Init(argc, argv) != MPI_SUCCESS) {
+    int rc;
+    if (required < 0) {
+        rc = MPI_Init(argc, argv);
+    } else {
+        rc = MPI_Init_thread(argc, argv, required, &st.thread_level);
+    }
+    if (rc != MPI_SUCCESS) {
         fprintf(stderr, "%s: MPI_Init failed\n", program);
         exit(2);
     }
+    if (required < 0)
+        MPI_Query_thread(&st.thread_level);
     MPI_Comm_rank(MPI_COMM_WORLD, &st.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &st.size);
     if (st.device && local < 0) {

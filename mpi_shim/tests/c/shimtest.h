@@ -26,6 +26,7 @@ struct st_ctx {
     int verbose;
     int quick;        /* --quick: fewer types (the harness's secondary modes) */
     size_t large;     /* element count of the "large" size (0: skip it) */
+    int thread_level; /* what MPI provides (MPI_THREAD_*) */
     long passed, failed;
 };
 extern struct st_ctx st;
@@ -33,6 +34,8 @@ extern struct st_ctx st;
 /* Parse the common options, select the GPU (device mode) and MPI_Init.
  * Options: --device, --large N, --quick, --verbose, --help. */
 void st_init(int *argc, char ***argv, const char *program);
+/* The same with MPI_Init_thread(required); st.thread_level: what MPI gave. */
+void st_init_thread(int *argc, char ***argv, const char *program, int required);
 /* Sum the counts over all ranks, print "N passed, M failed" on rank 0,
  * MPI_Finalize, and return the process exit status. */
 int st_finish(void);

@@ -192,13 +192,44 @@ impl Run {
 
     /// The intercepted calls the shim's log says went to gpucoll.
     pub fn routed_to_gpucoll(&self) -> Vec<String> {
+        self.routed_via("gpucoll")
+    }
+
+    /// The intercepted calls the shim's log says took `route` (`gpucoll`,
+    /// `staged`, `pmpi`, `refused`).
+    pub fn routed_via(&self, route: &str) -> Vec<String> {
+        let arrow = format!("-> {route} ");
         let mut calls: Vec<String> = self
             .stderr
             .lines()
-            .filter(|l| l.contains("gpucoll_mpi[") && l.contains("-> gpucoll"))
+            .filter(|l| l.contains("gpucoll_mpi[") && l.contains(&arrow))
             .filter_map(|l| {
                 let after = l.split_once("]: ")?.1;
                 Some(after.split_once(" ->")?.0.trim().to_string())
+            })
+            .collect();
+        calls.sort();
+        calls.dedup();
+        calls
+    }
+
+    /// The intercepted calls the shim's log says took `route` ("staged",
+    /// "gpucoll", ...).
+    pub fn routed(&self, route: &str) -> Vec<String> {
+        let arrow = format!(" -> {route} ");
+        let mut calls: Vec<String> = self
+            .stderr
+            .lines()
+            .filter(|l| l.contains("gpucoll_mpi[") && l.contains(&arrow))
+            .filter_map(|l| {
+                Some(
+                    l.split_once("]: ")?
+                        .1
+                        .split_once(" ->")?
+                        .0
+                        .trim()
+                        .to_string(),
+                )
             })
             .collect();
         calls.sort();
@@ -217,8 +248,19 @@ impl Run {
 
 /// `mpirun -n np <program args>` in `mode`, serialized, under `limit`.
 pub fn mpirun(mode: Mode, np: usize, program: &[String], limit: Duration) -> Run {
+    mpirun_env(mode, np, program, limit, &[])
+}
+
+/// [`mpirun`] with variables `extra` set for the ranks (over the defaults).
+pub fn mpirun_env(
+    mode: Mode,
+    np: usize,
+    program: &[String],
+    limit: Duration,
+    extra: &[(&str, &str)],
+) -> Run {
     let _one_at_a_time = serial();
-    let label = format!(
+    let mut label = format!(
         "{} -n {np} {}",
         mode.name(),
         program
@@ -227,6 +269,9 @@ pub fn mpirun(mode: Mode, np: usize, program: &[String], limit: Duration) -> Run
             .collect::<Vec<_>>()
             .join(" ")
     );
+    for (k, v) in extra {
+        label.push_str(&format!(" {k}={v}"));
+    }
     let dir = build_dir();
     let tag = format!("{}-{}", std::process::id(), unique());
     let out_path = dir.join(format!("run-{tag}.out"));
@@ -259,6 +304,10 @@ pub fn mpirun(mode: Mode, np: usize, program: &[String], limit: Duration) -> Run
         ("GPUCOLL_TIMEOUT".into(), "60".into()),
     ];
     env.extend(mode.env().into_iter().map(|(k, v)| (k.into(), v.into())));
+    for (k, v) in extra {
+        env.retain(|(key, _)| key != k);
+        env.push((k.to_string(), v.to_string()));
+    }
     for (k, v) in &env {
         cmd.arg("-x").arg(format!("{k}={v}"));
     }
@@ -394,6 +443,23 @@ pub const BLOCKING_ROUTED: &[&str] = &[
     "MPI_Scatter",
 ];
 
+/// In the host routing modes, each of `required` must be logged as taking
+/// `route`.
+pub fn check_routed(v: &mut Verdict, run: &Run, route: &str, required: &[&str]) {
+    let routed = run.routed(route);
+    let missing: Vec<&&str> = required
+        .iter()
+        .filter(|c| !routed.iter().any(|r| r == **c))
+        .collect();
+    if !missing.is_empty() {
+        v.fail(format!(
+            "{}: GPUCOLL_SHIM_LOG shows no '{route}' route for {missing:?} (those: {routed:?})\n{}",
+            run.label,
+            run.report()
+        ));
+    }
+}
+
 /// Checks every run of a self-checking program must pass: exit 0, a
 /// summary with passes and no failures, and in the routing modes (with more
 /// than one rank: a shim may leave single-rank communicators to MPI) the
@@ -432,6 +498,33 @@ pub fn check_program_run(v: &mut Verdict, run: &Run, mode: Mode, np: usize, requ
             run.label,
             bad.join("; "),
             run.report()
+        ));
+    }
+}
+
+/// In the routing modes (with more than one rank), the shim's log must show
+/// each of `calls` taking `route` at least once (`staged`: the host copies
+/// of host test mode stand for device memory's).
+pub fn check_routes(
+    v: &mut Verdict,
+    run: &Run,
+    mode: Mode,
+    np: usize,
+    route: &str,
+    calls: &[&str],
+) {
+    if !mode.routes_host() || np < 2 || calls.is_empty() {
+        return;
+    }
+    let seen = run.routed_via(route);
+    let missing: Vec<&&str> = calls
+        .iter()
+        .filter(|c| !seen.iter().any(|r| r == **c))
+        .collect();
+    if !missing.is_empty() {
+        v.fail(format!(
+            "{}: GPUCOLL_SHIM_LOG shows no '-> {route}' for {missing:?} (seen: {seen:?})",
+            run.label
         ));
     }
 }
