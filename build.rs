@@ -8,12 +8,15 @@
 //! `OUT_DIR/abi_layout.rs`, which the tests of `src/backend/cuda/abi.rs`
 //! compare field by field with the Rust mirrors (`build/abi_layout.rs`).
 //!
-//! When it finds nvcc (`build/nvcc.rs` says where it looks) it compiles
-//! every `kernels/*.cu` into ONE fatbin and runs the layout probe. When it
-//! finds none, or `GPUCOLL_PREBUILT_KERNELS=1`, it copies the committed
-//! `kernels/prebuilt/` files instead, provided their stamp still matches the
-//! sources (`build/prebuilt.rs`); `scripts/update-prebuilt-kernels`
-//! regenerates them.
+//! The committed `kernels/prebuilt/` files are used when their stamp still
+//! matches the sources (`build/prebuilt.rs`) and either no nvcc is found,
+//! `GPUCOLL_PREBUILT_KERNELS=1` asks for them, or the nvcc found is the
+//! release that made them (with the same flags and host compiler): then
+//! compiling would make the same kernels, minutes later. Otherwise, or with
+//! `GPUCOLL_PREBUILT_KERNELS=0`, it compiles every `kernels/*.cu` into ONE
+//! fatbin with nvcc (`build/nvcc.rs` says where it looks) and runs the
+//! layout probe. `scripts/update-prebuilt-kernels` regenerates the
+//! committed files.
 
 #[path = "build/abi_layout.rs"]
 mod abi_layout;
@@ -65,11 +68,50 @@ fn build_kernels() {
         );
     }
 
-    let forced = nvcc::prebuilt_forced();
+    let choice = nvcc::prebuilt_choice();
+    let forced = choice == Some(true);
     match if forced { None } else { nvcc::find(&root) } {
+        Some(nvcc) if choice.is_none() && reuse_prebuilt(&root, &out, &nvcc) => {}
         Some(nvcc) => compile(&nvcc, &kdir, &sources, &out),
         None => use_prebuilt(&root, &out, forced),
     }
+}
+
+/// With nvcc found and nothing asked: the committed kernels, when they are
+/// what this nvcc would make of the current sources (the stamp's digests,
+/// flags, nvcc release and host compiler all match), so that every build
+/// of an unchanged tree does not spend minutes in nvcc for the same code.
+/// False (compile) when anything differs.
+fn reuse_prebuilt(root: &Path, out: &Path, nvcc: &Path) -> bool {
+    println!("cargo:rerun-if-env-changed=NVCC_CCBIN");
+    let Ok(version) = nvcc::version(nvcc) else {
+        return false;
+    };
+    let ccbin = std::env::var("NVCC_CCBIN").ok();
+    if let Err(why) = prebuilt::made_the_same(root, nvcc::FATBIN_FLAGS, &version, ccbin.as_deref())
+    {
+        println!(
+            "gpucoll-build: kernels: compiling with {}: the prebuilt ones differ ({why})",
+            nvcc.display()
+        );
+        return false;
+    }
+    // Only a stamp written by compile() is what update-prebuilt-kernels
+    // copies back into the tree.
+    let _ = std::fs::remove_file(out.join(prebuilt::STAMP));
+    if let Err(e) = prebuilt::install(root, out, nvcc::FATBIN_FLAGS) {
+        println!(
+            "gpucoll-build: kernels: compiling with {}: {e}",
+            nvcc.display()
+        );
+        return false;
+    }
+    println!(
+        "gpucoll-build: kernels: prebuilt from {} (made by {version} from these sources; \
+         GPUCOLL_PREBUILT_KERNELS=0 compiles them)",
+        prebuilt::DIR
+    );
+    true
 }
 
 /// The committed kernels, when no nvcc was found or they were asked for.

@@ -37,10 +37,13 @@ fn env_flag(var: &str) -> Option<bool> {
     }
 }
 
-/// `GPUCOLL_PREBUILT_KERNELS=1`: use the committed kernels even when nvcc is
-/// there (how CI and a developer test that path on a machine with nvcc).
-pub fn prebuilt_forced() -> bool {
-    env_flag("GPUCOLL_PREBUILT_KERNELS").unwrap_or(false)
+/// `GPUCOLL_PREBUILT_KERNELS`: `1` uses the committed kernels even when an
+/// nvcc of another release is there (how CI and a developer test that path
+/// on a machine with nvcc), `0` compiles them from source even when the
+/// committed ones match (how `update-prebuilt-kernels` and CI's compile
+/// check build), unset lets build.rs choose.
+pub fn prebuilt_choice() -> Option<bool> {
+    env_flag("GPUCOLL_PREBUILT_KERNELS")
 }
 
 /// nvcc of an installed `nvidia-cuda-nvcc` wheel: the CUDA 13 wheels put it

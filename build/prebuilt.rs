@@ -77,14 +77,19 @@ fn flags_line(flags: &[&str]) -> String {
     format!("{} -I kernels", flags.join(" "))
 }
 
-/// What a stamp says: the flags line and the source digests.
+/// What a stamp says: the nvcc version, the flags line, the host compiler
+/// and the source digests.
 struct Stamp {
+    version: Option<String>,
     flags: String,
+    ccbin: Option<String>,
     digests: Vec<(String, String)>,
 }
 
 fn parse(text: &str) -> Result<Stamp, String> {
+    let mut version = None;
     let mut flags = None;
+    let mut ccbin = None;
     let mut digests = Vec::new();
     for line in text.lines() {
         if line.starts_with('#') || line.trim().is_empty() {
@@ -92,7 +97,8 @@ fn parse(text: &str) -> Result<Stamp, String> {
         }
         let (key, value) = line.split_once(' ').unwrap_or((line, ""));
         match key {
-            "nvcc-version" | "nvcc-ccbin" => {}
+            "nvcc-version" => version = Some(value.to_string()),
+            "nvcc-ccbin" => ccbin = Some(value.to_string()),
             "nvcc-flags" => flags = Some(value.to_string()),
             "sha256" => {
                 let (digest, name) = value
@@ -104,7 +110,12 @@ fn parse(text: &str) -> Result<Stamp, String> {
         }
     }
     let flags = flags.ok_or("no nvcc-flags line")?;
-    Ok(Stamp { flags, digests })
+    Ok(Stamp {
+        version,
+        flags,
+        ccbin,
+        digests,
+    })
 }
 
 /// How the current sources differ from the stamped ones, file by file.
@@ -125,12 +136,10 @@ fn source_changes(stamped: &[(String, String)], current: &[(String, String)]) ->
     changes
 }
 
-/// Copies the committed kernels into `out` after checking that they were
-/// made from the current `kernels/` sources with the current flags; the
-/// error says what differs.
-pub fn install(root: &Path, out: &Path, flags: &[&str]) -> Result<(), String> {
-    let dir = root.join(DIR);
-    let stamp_path = dir.join(STAMP);
+/// The committed stamp, checked against the current `kernels/` sources and
+/// `flags`; the error says what differs.
+fn current_stamp(root: &Path, flags: &[&str]) -> Result<Stamp, String> {
+    let stamp_path = root.join(DIR).join(STAMP);
     let text = std::fs::read_to_string(&stamp_path).map_err(|e| {
         format!(
             "the prebuilt kernels' stamp {} cannot be read: {e}",
@@ -153,6 +162,39 @@ pub fn install(root: &Path, out: &Path, flags: &[&str]) -> Result<(), String> {
             stamp.flags
         ));
     }
+    Ok(stamp)
+}
+
+/// Whether compiling the current sources with `flags` by an nvcc of
+/// `nvcc_version` (and the host compiler `ccbin`, if one was chosen) would
+/// make what is committed: the same sources, flags, nvcc release and host
+/// compiler. Then the build copies the committed kernels instead of
+/// spending minutes in nvcc for the same code.
+pub fn made_the_same(
+    root: &Path,
+    flags: &[&str],
+    nvcc_version: &str,
+    ccbin: Option<&str>,
+) -> Result<(), String> {
+    let stamp = current_stamp(root, flags)?;
+    if stamp.version.as_deref() != Some(nvcc_version) {
+        return Err(format!(
+            "they were made by another nvcc ({})",
+            stamp.version.as_deref().unwrap_or("none recorded")
+        ));
+    }
+    if stamp.ccbin.as_deref() != ccbin {
+        return Err("they were made with another host compiler (NVCC_CCBIN)".to_string());
+    }
+    Ok(())
+}
+
+/// Copies the committed kernels into `out` after checking that they were
+/// made from the current `kernels/` sources with the current flags; the
+/// error says what differs.
+pub fn install(root: &Path, out: &Path, flags: &[&str]) -> Result<(), String> {
+    current_stamp(root, flags)?;
+    let dir = root.join(DIR);
     for name in [FATBIN, LAYOUT] {
         let from = dir.join(name);
         println!("cargo:rerun-if-changed={}", from.display());
