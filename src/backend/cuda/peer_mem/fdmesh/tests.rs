@@ -368,11 +368,27 @@ impl Attackers {
     }
 
     /// Fork an attacker running `f` (as `uid` when given and we are root);
-    /// returns once it is in place.
-    fn spawn(&mut self, uid: Option<u32>, f: impl FnOnce(libc::c_int, libc::c_int) -> i32) {
+    /// returns once it is in place. The attacker keeps only the pipes it
+    /// talks to us through and `uses` (descriptors `f` works with): every
+    /// other one it inherited, sockets and pipes of the tests running
+    /// beside this one in other threads among them, is closed at once, or
+    /// those tests would see their peers' ends stay open while it lives.
+    fn spawn(
+        &mut self,
+        uid: Option<u32>,
+        uses: &[libc::c_int],
+        f: impl FnOnce(libc::c_int, libc::c_int) -> i32,
+    ) {
         let release = self.release_r.as_raw_fd();
-        let release_w = self.release.as_ref().map_or(-1, |w| w.as_raw_fd());
         let ready = self.ready_w.as_raw_fd();
+        // The descriptors to keep, sorted, on the stack (the child must not
+        // allocate).
+        let mut keep = [libc::c_int::MAX; 8];
+        assert!(uses.len() + 2 <= keep.len(), "too many descriptors to keep");
+        keep[0] = ready;
+        keep[1] = release;
+        keep[2..2 + uses.len()].copy_from_slice(uses);
+        keep.sort_unstable();
         // SAFETY: the child makes raw system calls only until `_exit`.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork");
@@ -380,9 +396,19 @@ impl Attackers {
             // SAFETY (the whole child): system calls on descriptors and
             // stack memory; no allocation, no lock.
             unsafe {
-                // Our copy of the release pipe's write end would keep it
-                // open for ever.
-                libc::close(release_w);
+                // Close every inherited descriptor above stderr but those
+                // kept: the gaps between them, then all above the last.
+                // Our copy of the release pipe's write end goes too (it
+                // would keep that pipe open for ever).
+                let mut lo: libc::c_uint = 3;
+                for &k in keep.iter().filter(|&&k| k != libc::c_int::MAX) {
+                    let k = k as libc::c_uint;
+                    if k > lo {
+                        libc::syscall(libc::SYS_close_range, lo, k - 1, 0);
+                    }
+                    lo = lo.max(k + 1);
+                }
+                libc::syscall(libc::SYS_close_range, lo, libc::c_uint::MAX, 0);
                 if let Some(u) = uid {
                     if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0
                         || libc::syscall(libc::SYS_setresgid, u, u, u) != 0
@@ -594,8 +620,8 @@ fn links_survive_squatters_floods_and_a_broken_peer() {
     }
     let (first1, first2) = (nonce(), nonce());
     let mut attackers = Attackers::new();
-    attackers.spawn(other, squat(first1));
-    attackers.spawn(None, squat(first2));
+    attackers.spawn(other, &[], squat(first1));
+    attackers.spawn(None, &[], squat(first2));
     let mut job = Job::start(3, "flood", &[vec![], vec![first1], vec![first2]]);
     job.round(); // pids
                  // The names: the squatted ones were given up for fresh ones.
@@ -605,17 +631,25 @@ fn links_survive_squatters_floods_and_a_broken_peer() {
     // Before anyone connects: flood rank 0's listener from both kinds of
     // intruder, with descriptors of a pipe we watch.
     let (planted_r, planted_w) = pipe();
-    attackers.spawn(None, flood(names[0], 5, planted_w.as_raw_fd()));
+    attackers.spawn(
+        None,
+        &[planted_w.as_raw_fd()],
+        flood(names[0], 5, planted_w.as_raw_fd()),
+    );
     // More than the listener queues: the ranks' own connections then wait
     // for rank 0 to clear the queue.
-    attackers.spawn(other, flood(names[0], 80, planted_w.as_raw_fd()));
+    attackers.spawn(
+        other,
+        &[planted_w.as_raw_fd()],
+        flood(names[0], 80, planted_w.as_raw_fd()),
+    );
     drop(planted_w);
     job.reply(&names_raw);
     job.round(); // link agreement
                  // Setup is over: its listeners are gone, anyone may bind the names.
     let barrier = job.gather().unwrap();
     for &name in &names {
-        attackers.spawn(other, squat(name));
+        attackers.spawn(other, &[], squat(name));
     }
     job.reply(&barrier);
     job.round(); // after the exchange
@@ -672,8 +706,8 @@ fn setup_fails_everywhere_when_a_rank_cannot_bind() {
     let (a, b) = (nonce(), nonce());
     let mut attackers = Attackers::new();
     let other = is_root().then_some(NOBODY);
-    attackers.spawn(other, squat(a));
-    attackers.spawn(None, squat(b));
+    attackers.spawn(other, &[], squat(a));
+    attackers.spawn(None, &[], squat(b));
     let mut job = Job::start(2, "basic", &[vec![], vec![a, b]]);
     job.round();
     job.round();
