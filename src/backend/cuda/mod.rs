@@ -23,7 +23,7 @@
 //! | `state.rs` | `CudaShared`, what a backend owns (the transports' owners among it), its failure state (the shared `Failure` over the node's segments) and its teardown |
 //! | `submit.rs` | one submission in phases: open (lower), prepare, upload, launch, record |
 //! | `staging.rs` | host buffers staged through device memory |
-//! | `lower.rs` | plan lowering to `GcStep`/`GcChan`/`GcArgs` (pure; CPU tests); the one-shot decision |
+//! | `lower.rs`, `lower/group.rs` | plan lowering to `GcStep`/`GcChan`/`GcArgs` (pure; CPU tests); the one-shot decision; a group's launches, one per datatype |
 //! | `upload.rs` | step tables and group tables copied to the device |
 //! | `cache.rs` | pooled work buffers, the step-table cache, a submission's `Resources` |
 //! | `launch.rs` | kernel launches |

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::backend::cuda::layout::ONESHOT_LL_MAX_BYTES;
+use crate::error::Error;
 use crate::op::ReduceOp;
 use crate::plan::{ChannelWork, Flow, Peers};
 
