@@ -79,6 +79,7 @@ impl Case {
 /// Entry point of both test binaries.
 pub fn main_with(cases: Vec<Case>, worker: fn(&str) -> std::result::Result<(), String>) -> ! {
     if let Ok(scenario) = std::env::var("GPUCOLL_TEST_WORKER") {
+        eprintln!("{WORKER_PID} {}", std::process::id());
         let guard: u64 = std::env::var("GPUCOLL_TEST_GUARD")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -385,9 +386,24 @@ fn run_case(exe: &std::path::Path, c: &Case) -> (bool, String) {
         if !stray.is_empty() {
             problems.push(format!("processes still running: {stray:?}"));
         }
+        // A segment's name carries its creator's pid (`shm::segment_name`):
+        // those of this job's ranks count, and any name that says no pid;
+        // other test binaries may run beside this one (`scripts/run-tests`).
+        let ranks = worker_pids(&out);
+        if ranks.len() != c.np {
+            problems.push(format!(
+                "{} of {} ranks said their pid: cannot tell their segments",
+                ranks.len(),
+                c.np
+            ));
+        }
         let left: Vec<String> = gpucoll_shm_entries()
             .into_iter()
             .filter(|e| !shm_before.contains(e))
+            .filter(|e| match segment_creator(e) {
+                Some(pid) => ranks.contains(&pid),
+                None => true,
+            })
             .collect();
         if !left.is_empty() {
             problems.push(format!("left in /dev/shm: {left:?}"));
@@ -438,6 +454,21 @@ fn gpucoll_shm_entries() -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The pids the job's ranks printed as they started (`main_with`).
+fn worker_pids(out: &str) -> Vec<u32> {
+    out.lines()
+        .filter_map(|l| l.trim().strip_prefix(WORKER_PID)?.trim().parse().ok())
+        .collect()
+}
+
+/// The line each rank prints first: this, then its pid.
+const WORKER_PID: &str = "[worker] pid";
+
+/// The creator pid in a segment name `gpucoll.<owner>.<pid>.<nonce>.<rank>`.
+fn segment_creator(name: &str) -> Option<u32> {
+    name.split('.').nth(2)?.parse().ok()
 }
 
 /// Pids of processes running `exe`, other than this one.
