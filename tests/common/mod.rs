@@ -79,7 +79,10 @@ impl Case {
 /// Entry point of both test binaries.
 pub fn main_with(cases: Vec<Case>, worker: fn(&str) -> std::result::Result<(), String>) -> ! {
     if let Ok(scenario) = std::env::var("GPUCOLL_TEST_WORKER") {
-        eprintln!("{WORKER_PID} {}", std::process::id());
+        // One write: eprintln! writes its pieces apart, and the ranks' lines
+        // interleaved mid-line ("[worker] pid[worker] pid 4857\n 4860").
+        let line = format!("{WORKER_PID} {}\n", std::process::id());
+        let _ = std::io::stderr().write_all(line.as_bytes());
         let guard: u64 = std::env::var("GPUCOLL_TEST_GUARD")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -456,11 +459,22 @@ fn gpucoll_shm_entries() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The pids the job's ranks printed as they started (`main_with`).
+/// The pids the job's ranks printed as they started (`main_with`),
+/// wherever another rank's output cut into a line.
 fn worker_pids(out: &str) -> Vec<u32> {
-    out.lines()
-        .filter_map(|l| l.trim().strip_prefix(WORKER_PID)?.trim().parse().ok())
-        .collect()
+    let mut pids: Vec<u32> = out
+        .match_indices(WORKER_PID)
+        .filter_map(|(i, _)| {
+            let rest = out[i + WORKER_PID.len()..].trim_start_matches(' ');
+            let digits = rest
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(rest.len());
+            rest[..digits].parse().ok()
+        })
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
 }
 
 /// The line each rank prints first: this, then its pid.
